@@ -1,0 +1,198 @@
+"""Build and run the in-process vLLM engine (``AsyncLLM``) with speculative decoding.
+
+Start-up: engine args from :class:`EngineSettings` (speculative config, a compilation
+config under which the drafter is graphed on CUDA, our worker extension), then the
+self-check (:mod:`engine_ext.self_check`), then a poller that mirrors the worker probe
+ledgers into Prometheus via ``collective_rpc``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import Any
+
+from engine_ext.settings import EngineSettings
+
+log = logging.getLogger("engine_ext.engine")
+
+WORKER_EXTENSION = "engine_ext.worker_extension.ProbeWorkerExtension"
+
+
+class EngineStartError(RuntimeError):
+    """The engine could not start; the message is meant for the user."""
+
+
+def detect_device() -> str:
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cuda_alike():
+        return "cuda"
+    return "cpu" if current_platform.is_cpu() else str(current_platform.device_type)
+
+
+def prepare_environment(settings: EngineSettings) -> None:
+    """Environment vLLM reads at engine creation (inherited by worker processes)."""
+    if settings.runner != "auto":
+        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1" if settings.runner == "v2" else "0"
+
+
+def engine_args(settings: EngineSettings, device: str):
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    from engine_ext.graph_config import compilation_config
+
+    kwargs: dict[str, Any] = dict(
+        model=settings.model,
+        served_model_name=settings.model_name,
+        max_num_seqs=settings.max_num_seqs,
+        max_model_len=settings.max_model_len,
+        seed=settings.seed,
+        dtype=settings.dtype,
+        enforce_eager=settings.enforce_eager,
+        tensor_parallel_size=settings.tensor_parallel_size,
+        worker_extension_cls=WORKER_EXTENSION,
+        disable_log_stats=False,  # keep vLLM's PrometheusStatLogger: vllm:* metrics
+    )
+    if settings.speculative:
+        spec: dict[str, Any] = {
+            "method": settings.method,
+            "num_speculative_tokens": settings.num_speculative_tokens,
+        }
+        if settings.draft_model:
+            spec["model"] = settings.draft_model
+        if settings.draft_enforce_eager:
+            spec["enforce_eager"] = True
+        kwargs["speculative_config"] = spec
+    cc = compilation_config(settings, device)
+    if cc is not None:
+        kwargs["compilation_config"] = cc
+    if device == "cpu":
+        kwargs["kv_cache_memory_bytes"] = int(settings.kv_cache_gib * (1 << 30))
+    else:
+        kwargs["gpu_memory_utilization"] = settings.gpu_memory_utilization
+    kwargs.update(settings.extra_engine_args)
+    return AsyncEngineArgs(**kwargs)
+
+
+class SpecEngine:
+    """The in-process engine plus its probe poller. One per gateway process."""
+
+    def __init__(self, settings: EngineSettings, poll_interval_s: float = 5.0):
+        self.settings = settings
+        self.poll_interval_s = poll_interval_s
+        self.engine = None
+        self.device: str | None = None
+        self.self_check: dict[str, Any] | None = None
+        self.start_error: str | None = None
+        self._poller: asyncio.Task | None = None
+        self._last_tokens: tuple[float, float] | None = None
+        self._rpc_lock = asyncio.Lock()
+        from monitoring import metrics as m
+
+        m.ENGINE_READY.labels(self.model_name).set(0)
+
+    @property
+    def model_name(self) -> str:
+        return self.settings.model_name
+
+    @property
+    def ready(self) -> bool:
+        return self.engine is not None and self.self_check is not None and not self.errored
+
+    @property
+    def errored(self) -> bool:
+        return self.engine is not None and bool(getattr(self.engine, "errored", False))
+
+    async def start(self) -> None:
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        from engine_ext.self_check import run_self_check
+        from engine_ext.stat_logger import make_stat_logger
+        from monitoring import metrics as m
+
+        s = self.settings
+        prepare_environment(s)
+        self.device = detect_device()
+        args = engine_args(s, self.device)
+        log.info(
+            "engine starting: model=%s draft=%s method=%s k=%d device=%s runner=%s",
+            s.model, s.draft_model, s.method, s.num_speculative_tokens, self.device, s.runner,
+        )
+        t0 = time.monotonic()
+        try:
+            # Blocking (loads weights, compiles, captures): keep the event loop serving
+            # /health while it runs.
+            self.engine = await asyncio.to_thread(
+                AsyncLLM.from_engine_args,
+                args,
+                stat_loggers=[make_stat_logger(self.model_name)],
+            )
+        except Exception as exc:
+            self.start_error = _readable_start_error(exc, s)
+            raise EngineStartError(self.start_error) from exc
+        log.info("engine up in %.1fs", time.monotonic() - t0)
+        self.self_check = await run_self_check(self)
+        await self.refresh_probes()
+        m.ENGINE_READY.labels(self.model_name).set(1)
+        self._poller = asyncio.create_task(self._poll_loop(), name="specgw-probe-poller")
+
+    async def collective_rpc(self, method: str, timeout: float = 10.0) -> list[Any]:
+        assert self.engine is not None
+        async with self._rpc_lock:
+            return await asyncio.wait_for(self.engine.collective_rpc(method), timeout)
+
+    async def refresh_probes(self) -> list[dict]:
+        """Pull every rank's ledger into the Prometheus collector (also at scrape time)."""
+        from monitoring import metrics as m
+
+        if self.engine is None:
+            return []
+        snaps = await self.collective_rpc("specgw_probe_snapshot")
+        m.PROBES.update(self.model_name, snaps)
+        self._update_tps()
+        return snaps
+
+    def _update_tps(self) -> None:
+        from monitoring import metrics as m
+
+        now = time.monotonic()
+        total = m.GENERATION_TOKENS.labels(self.model_name)._value.get()
+        if self._last_tokens is not None:
+            t_prev, n_prev = self._last_tokens
+            if now - t_prev >= 1.0:
+                m.TOKENS_PER_SECOND.labels(self.model_name).set((total - n_prev) / (now - t_prev))
+                self._last_tokens = (now, total)
+        else:
+            self._last_tokens = (now, total)
+
+    async def _poll_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll_interval_s)
+            try:
+                await self.refresh_probes()
+            except Exception as exc:  # never let metrics take serving down
+                log.warning("probe poll failed: %s", exc)
+
+    async def shutdown(self) -> None:
+        from monitoring import metrics as m
+
+        m.ENGINE_READY.labels(self.model_name).set(0)
+        if self._poller is not None:
+            self._poller.cancel()
+        if self.engine is not None:
+            self.engine.shutdown()
+            self.engine = None
+
+
+def _readable_start_error(exc: Exception, s: EngineSettings) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    hints = []
+    for label, path in (("model", s.model), ("draft model", s.draft_model)):
+        if path and not os.path.exists(path) and "/" in path and path.startswith("/"):
+            hints.append(f"{label} path {path} does not exist")
+    if "Illegal instruction" in text:
+        hints.append("vLLM CPU kernels need the +cpu build (pip install -e '.[cpu]')")
+    return "; ".join([*hints, text]) if hints else text

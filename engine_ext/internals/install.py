@@ -1,0 +1,214 @@
+"""Install the probes described by an :class:`InternalsTable` into the running vLLM.
+
+Each probe is a thin wrapper that opens a ledger scope and calls the original; nothing
+here reads a tensor, so the decode loop gains no GPU synchronisation. Every wrapper is
+recorded in ``ledger.installed`` (or ``install_errors``): a missing one turns the
+coverage flag off instead of silently under-counting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from engine_ext.internals.table import InternalsTable
+from engine_ext.probes.ledger import LEDGER, ROLE_DRAFT, ROLE_TARGET, Ledger
+
+log = logging.getLogger("engine_ext.probes")
+
+_MARK = "__specgw_probe__"
+
+
+def _wrap_attr(owner: Any, name: str, make: Callable[[Callable], Callable], key: str,
+               ledger: Ledger) -> None:
+    """Replace ``owner.name`` with ``make(original)``, once per process."""
+    try:
+        orig = getattr(owner, name)
+        if getattr(orig, _MARK, False):
+            ledger.installed[key] = True
+            return
+        wrapped = make(orig)
+        if not isinstance(orig, type):
+            with contextlib.suppress(AttributeError, TypeError):
+                functools.update_wrapper(wrapped, orig)
+        setattr(wrapped, _MARK, True)
+        setattr(owner, name, wrapped)
+        ledger.installed[key] = True
+    except Exception as exc:  # keep serving; the coverage flag reports the gap
+        ledger.installed[key] = False
+        ledger.install_errors[key] = f"{type(exc).__name__}: {exc}"
+        log.warning("probe %s not installed: %s", key, exc)
+
+
+def _resolve(mod: str, cls: str | None = None) -> Any:
+    obj = importlib.import_module(mod)
+    return getattr(obj, cls) if cls else obj
+
+
+def _forward_context_probe(role: str, ledger: Ledger):
+    """Wrap a module's ``set_forward_context`` so each entry is one ``role`` forward,
+    with the dispatcher's decision taken from its ``cudagraph_runtime_mode`` kwarg."""
+
+    def make(orig):
+        @contextlib.contextmanager
+        def probed(*args, **kwargs):
+            dispatched = kwargs.get("cudagraph_runtime_mode")
+            with ledger.forward(role, dispatched), orig(*args, **kwargs) as ctx:
+                yield ctx
+
+        return probed
+
+    return make
+
+
+def _suppress_probe(ledger: Ledger):
+    def make(orig):
+        def probed(*args, **kwargs):
+            with ledger.suppressed():
+                return orig(*args, **kwargs)
+
+        return probed
+
+    return make
+
+
+def _propose_probe(ledger: Ledger):
+    def make(orig):
+        def probed(*args, **kwargs):
+            # MRV2 warms up through propose(dummy_run=True / is_profile=True).
+            if kwargs.get("dummy_run") or kwargs.get("is_profile"):
+                with ledger.suppressed(), ledger.propose():
+                    return orig(*args, **kwargs)
+            with ledger.propose():
+                return orig(*args, **kwargs)
+
+        return probed
+
+    return make
+
+
+def _fullgraph_probe(ledger: Ledger, default_role: str):
+    """``run_fullgraph`` replays one FULL graph with no Python model call inside: it is a
+    forward of the drafter when called under ``propose`` and of the target otherwise."""
+
+    def make(orig):
+        def probed(self, *args, **kwargs):
+            role = ROLE_DRAFT if ledger.in_propose else default_role
+            weight = ledger.fused_steps if role == ROLE_DRAFT else 1
+            with ledger.forward(role, "full", weight=weight or 1):
+                return orig(self, *args, **kwargs)
+
+        return probed
+
+    return make
+
+
+def _fused_probe(ledger: Ledger):
+    def make(orig):
+        def probed(self, *args, **kwargs):
+            # Signature (0.27-0.32): (num_reqs, skip_attn, batch_desc, num_tokens_across_dp,
+            #                         seq_lens_cpu_upper_bound, num_speculative_steps)
+            steps = kwargs.get("num_speculative_steps", args[5] if len(args) > 5 else None)
+            if steps is None:
+                steps = getattr(self, "num_speculative_steps", 1)
+            with ledger.covering(int(steps) - 1):
+                return orig(self, *args, **kwargs)
+
+        return probed
+
+    return make
+
+
+def _graph_probes(ledger: Ledger) -> None:
+    """Count real replays and captures at the one place every graph goes through."""
+    try:
+        import torch
+
+        graph_cls = torch.cuda.CUDAGraph
+    except Exception as exc:
+        ledger.install_errors["torch.cuda.CUDAGraph"] = str(exc)
+        return
+
+    def replay_make(orig):
+        def replay(self, *args, **kwargs):
+            ledger.on_replay()
+            return orig(self, *args, **kwargs)
+
+        return replay
+
+    def capture_make(orig):
+        def capture_begin(self, *args, **kwargs):
+            ledger.on_capture()
+            return orig(self, *args, **kwargs)
+
+        return capture_begin
+
+    _wrap_attr(graph_cls, "replay", replay_make, "torch.cuda.CUDAGraph.replay", ledger)
+    _wrap_attr(graph_cls, "capture_begin", capture_make, "torch.cuda.CUDAGraph.capture_begin",
+               ledger)
+
+
+def install(table: InternalsTable, ledger: Ledger = LEDGER) -> Ledger:
+    _graph_probes(ledger)
+    fc = table.forward_context_name
+
+    # ---- Model Runner V1 (also the CPU runner's base class)
+    try:
+        runner_mod = _resolve(table.v1_runner_module)
+        runner_cls = getattr(runner_mod, table.v1_runner_class)
+        _wrap_attr(runner_mod, fc, _forward_context_probe(ROLE_TARGET, ledger),
+                   f"v1.target.{fc}", ledger)
+        for m in table.suppressed_runner_methods:
+            _wrap_attr(runner_cls, m, _suppress_probe(ledger), f"v1.target.{m}", ledger)
+        base_mod, base_name = table.v1_proposer_class
+        proposer = _resolve(base_mod, base_name)
+        _wrap_attr(proposer, "propose", _propose_probe(ledger), "v1.draft.propose", ledger)
+        for m in table.suppressed_proposer_methods:
+            _wrap_attr(proposer, m, _suppress_probe(ledger), f"v1.draft.{m}", ledger)
+        for mod_name in table.v1_proposer_modules:
+            mod = _resolve(mod_name)
+            _wrap_attr(mod, fc, _forward_context_probe(ROLE_DRAFT, ledger),
+                       f"v1.draft.{mod_name.rsplit('.', 1)[-1]}.{fc}", ledger)
+            # Subclasses that override propose/dummy_run need their own wrapper.
+            for obj in vars(mod).values():
+                if isinstance(obj, type) and issubclass(obj, proposer) and obj is not proposer:
+                    for m in ("propose", *table.suppressed_proposer_methods):
+                        if m in vars(obj):
+                            _wrap_attr(obj, m, (_propose_probe if m == "propose"
+                                                else _suppress_probe)(ledger),
+                                       f"v1.draft.{obj.__name__}.{m}", ledger)
+    except Exception as exc:
+        ledger.install_errors["v1"] = f"{type(exc).__name__}: {exc}"
+        log.warning("Model Runner V1 probes unavailable: %s", exc)
+
+    # ---- Model Runner V2 (needs triton to import; absent is fine when V1 runs)
+    try:
+        runner_mod = _resolve(table.v2_runner_module)
+        runner_cls = getattr(runner_mod, table.v2_runner_class)
+        cg = _resolve(table.v2_cudagraph_module)
+        spec_mod = _resolve(table.v2_speculator[0])
+        spec_cls = getattr(spec_mod, table.v2_speculator[1])
+    except Exception as exc:
+        ledger.install_errors["v2"] = f"{type(exc).__name__}: {exc}"
+        log.info("Model Runner V2 probes unavailable (fine unless V2 runs): %s", exc)
+        return ledger
+    _wrap_attr(runner_mod, fc, _forward_context_probe(ROLE_TARGET, ledger),
+               f"v2.target.{fc}", ledger)
+    for m in ("_dummy_run", "profile_run", "capture_model"):
+        if hasattr(runner_cls, m):
+            _wrap_attr(runner_cls, m, _suppress_probe(ledger), f"v2.target.{m}", ledger)
+    # Every FULL replay (the model manager's override calls super()) goes through the
+    # base class; whether it is target or drafter work is decided by being in propose().
+    _wrap_attr(cg.CudaGraphManager, "run_fullgraph", _fullgraph_probe(ledger, ROLE_TARGET),
+               "v2.run_fullgraph", ledger)
+    _wrap_attr(spec_cls, "propose", _propose_probe(ledger), "v2.draft.propose", ledger)
+    _wrap_attr(spec_mod, fc, _forward_context_probe(ROLE_DRAFT, ledger),
+               f"v2.draft.{fc}", ledger)
+    if table.v2_fused_decode_method:
+        _wrap_attr(spec_cls, table.v2_fused_decode_method, _fused_probe(ledger),
+                   f"v2.draft.{table.v2_fused_decode_method}", ledger)
+    return ledger

@@ -1,0 +1,30 @@
+"""vLLM general plugin (entry point ``vllm.general_plugins``): vLLM calls
+:func:`register` in every process it starts, before the model is built, which is the one
+moment the probes can be installed ahead of the first forward."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+log = logging.getLogger("engine_ext.plugin")
+_DONE = False
+
+
+def register() -> None:
+    global _DONE
+    if _DONE:
+        return
+    _DONE = True
+    if os.environ.get("SPECGW_PROBES", "1") == "0":
+        log.info("specgw probes disabled by SPECGW_PROBES=0")
+        return
+    from engine_ext.compiled_drafters import register_compiled_drafters
+    from engine_ext.internals import table_for
+    from engine_ext.internals.install import install
+
+    ledger = install(table_for())
+    missing = [k for k, ok in ledger.installed.items() if not ok]
+    log.info("specgw probes installed: %d ok, %d missing %s",
+             sum(ledger.installed.values()), len(missing), missing or "")
+    register_compiled_drafters()

@@ -1,0 +1,194 @@
+"""The worker-side ledger of forwards, graph replays and captures.
+
+Pure Python and free of vLLM imports so it can be unit-tested anywhere. The version
+modules in ``engine_ext.internals`` open a :func:`forward` scope around every model
+invocation they can see; ``torch.cuda.CUDAGraph.replay`` and ``capture_begin`` report
+into the innermost open scope. A forward whose scope saw at least one replay *ran* as a
+graph; one that saw none ran eager, whatever the dispatcher had decided. That is the
+difference between "dispatched PIECEWISE" and "replayed PIECEWISE" which vLLM PR #25109
+was about.
+
+Everything here is CPU-side bookkeeping: no tensor is touched, so no GPU sync is added.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+ROLE_TARGET = "target"
+ROLE_DRAFT = "draft"
+PHASE_TARGET = "forward"
+PHASE_FIRST = "first_pass"  # drafter pass over the verified tokens (B*(k+1) tokens)
+PHASE_STEP = "draft_step"  # drafter per-token steps 2..k (B tokens each)
+
+MODES = ("none", "piecewise", "full")
+
+
+def mode_name(mode: object) -> str:
+    """Normalise a vLLM ``CUDAGraphMode`` (or None/str) to none|piecewise|full."""
+    if mode is None:
+        return "none"
+    name = getattr(mode, "name", str(mode)).lower()
+    if name in MODES:
+        return name
+    # FULL_AND_PIECEWISE / FULL_DECODE_ONLY are not runtime modes; keep them visible.
+    return name
+
+
+@dataclass
+class _Scope:
+    role: str
+    phase: str
+    dispatched: str
+    weight: int
+    counted: bool
+    replays: int = 0
+
+
+@dataclass
+class _ProposeState:
+    forwards: int = 0
+    fused_steps: int | None = None
+
+
+@dataclass
+class Ledger:
+    """Counters for one worker process. Keys are label tuples; values are counts."""
+
+    forwards: Counter = field(default_factory=Counter)  # (role, phase, dispatched, executed)
+    replays: Counter = field(default_factory=Counter)  # (role, phase) raw replay calls
+    captures: Counter = field(default_factory=Counter)  # role
+    unattributed_replays: int = 0
+    proposes: int = 0
+    proposes_without_forward: int = 0
+    installed: dict[str, bool] = field(default_factory=dict)
+    install_errors: dict[str, str] = field(default_factory=dict)
+    _local: threading.local = field(default_factory=threading.local, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    # ------------------------------------------------------------------ state
+    def _stack(self) -> list[_Scope]:
+        st = getattr(self._local, "stack", None)
+        if st is None:
+            st = self._local.stack = []
+        return st
+
+    def _suppress_depth(self) -> int:
+        return getattr(self._local, "suppress", 0)
+
+    def _propose(self) -> _ProposeState | None:
+        return getattr(self._local, "propose", None)
+
+    @property
+    def in_propose(self) -> bool:
+        return self._propose() is not None
+
+    @property
+    def fused_steps(self) -> int | None:
+        st = self._propose()
+        return st.fused_steps if st is not None else None
+
+    # -------------------------------------------------------------- scopes
+    @contextmanager
+    def suppressed(self) -> Iterator[None]:
+        """Profile, warm-up and capture runs: seen, never counted as serving work."""
+        self._local.suppress = self._suppress_depth() + 1
+        try:
+            yield
+        finally:
+            self._local.suppress -= 1
+
+    @contextmanager
+    def propose(self) -> Iterator[None]:
+        """One drafter ``propose()`` call: its first forward is the first pass."""
+        outer = self._propose()
+        state = _ProposeState()
+        self._local.propose = state
+        try:
+            yield
+        finally:
+            self._local.propose = outer
+            if self._suppress_depth() == 0:
+                with self._lock:
+                    self.proposes += 1
+                    if state.forwards == 0:
+                        self.proposes_without_forward += 1
+
+    @contextmanager
+    def covering(self, steps: int) -> Iterator[None]:
+        """Inside, a FULL graph replay of the drafter stands for ``steps`` forwards (a
+        fused multi-step decode graph replays k-1 drafter steps at once)."""
+        st = self._propose()
+        if st is None:
+            yield
+            return
+        prev, st.fused_steps = st.fused_steps, max(1, steps)
+        try:
+            yield
+        finally:
+            st.fused_steps = prev
+
+    @contextmanager
+    def forward(
+        self, role: str, dispatched: object, phase: str | None = None, weight: int = 1
+    ) -> Iterator[None]:
+        st = self._propose() if role == ROLE_DRAFT else None
+        if phase is None:
+            if role == ROLE_DRAFT:
+                phase = PHASE_FIRST if st is None or st.forwards == 0 else PHASE_STEP
+            else:
+                phase = PHASE_TARGET
+        scope = _Scope(role, phase, mode_name(dispatched), weight, self._suppress_depth() == 0)
+        stack = self._stack()
+        stack.append(scope)
+        try:
+            yield
+        finally:
+            stack.pop()
+            if scope.counted:
+                executed = "graph" if scope.replays > 0 else "eager"
+                with self._lock:
+                    self.forwards[(role, phase, scope.dispatched, executed)] += scope.weight
+                if st is not None:
+                    st.forwards += scope.weight
+
+    # ------------------------------------------------------- torch callbacks
+    def on_replay(self) -> None:
+        stack = self._stack()
+        if stack:
+            scope = stack[-1]
+            scope.replays += 1
+            if scope.counted:
+                with self._lock:
+                    self.replays[(scope.role, scope.phase)] += 1
+        elif self._suppress_depth() == 0:
+            with self._lock:
+                self.unattributed_replays += 1
+
+    def on_capture(self) -> None:
+        stack = self._stack()
+        role = stack[-1].role if stack else "unknown"
+        with self._lock:
+            self.captures[role] += 1
+
+    # ------------------------------------------------------------- reporting
+    def snapshot(self) -> dict:
+        """Plain-data view for ``collective_rpc`` (msgpack/pickle friendly)."""
+        with self._lock:
+            return {
+                "forwards": [[*k, v] for k, v in sorted(self.forwards.items())],
+                "replays": [[*k, v] for k, v in sorted(self.replays.items())],
+                "captures": dict(self.captures),
+                "unattributed_replays": self.unattributed_replays,
+                "proposes": self.proposes,
+                "proposes_without_forward": self.proposes_without_forward,
+                "installed": dict(self.installed),
+                "install_errors": dict(self.install_errors),
+            }
+
+
+LEDGER = Ledger()

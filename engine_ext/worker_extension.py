@@ -1,0 +1,42 @@
+"""Worker extension (``worker_extension_cls``): mixed into vLLM's Worker so the API
+process can read the probe ledger and the drafter's graph set-up with
+``collective_rpc``. Method names carry a ``specgw_`` prefix because vLLM refuses an
+extension whose attribute names clash with the Worker's."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+class ProbeWorkerExtension:
+    def specgw_probe_snapshot(self) -> dict[str, Any]:
+        from engine_ext.probes.ledger import LEDGER
+
+        snap = LEDGER.snapshot()
+        snap["rank"] = getattr(self, "rank", 0)
+        snap["pid"] = os.getpid()
+        snap["runner"] = _runner_kind(self.model_runner)
+        drafter = _drafter(self.model_runner)
+        snap["drafter_class"] = type(drafter).__name__ if drafter is not None else None
+        # A drafter class that overrides propose() past our wrapper is an unprobed path.
+        propose = getattr(type(drafter), "propose", None) if drafter is not None else None
+        snap["draft_propose_probed"] = drafter is None or bool(
+            getattr(propose, "__specgw_probe__", False))
+        return snap
+
+    def specgw_graph_plan(self) -> dict[str, Any]:
+        from engine_ext.worker_inspect import graph_plan
+
+        plan = graph_plan(self.model_runner)
+        plan["rank"] = getattr(self, "rank", 0)
+        return plan
+
+
+def _runner_kind(runner: Any) -> str:
+    # Model Runner V2 keeps its drafter in `speculator`, V1 in `drafter`.
+    return "v2" if hasattr(runner, "speculator") else "v1"
+
+
+def _drafter(runner: Any) -> Any:
+    return getattr(runner, "speculator", None) or getattr(runner, "drafter", None)

@@ -1,0 +1,248 @@
+"""The FastAPI app: request -> validation -> routing -> engine -> stream -> metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+
+from engine_ext.engine import SpecEngine
+from gateway.errors import OpenAIError, install_error_handlers
+from gateway.limits import ConcurrencyLimiter
+from gateway.local_backend import Delta, LocalBackend, Prepared
+from gateway.openai_format import ChatFormatter, CompletionFormatter, usage
+from gateway.protocol import ChatCompletionRequest, CompletionRequest
+from gateway.routing import Router
+from monitoring import metrics as m
+
+log = logging.getLogger("gateway")
+
+
+@dataclass
+class GatewayConfig:
+    max_concurrency: int = 64
+    max_queue: int = 256
+    api_key: str | None = None  # when set, "Authorization: Bearer <key>" is required
+
+
+def sse(obj: dict | str) -> bytes:
+    data = obj if isinstance(obj, str) else json.dumps(obj, separators=(",", ":"))
+    return f"data: {data}\n\n".encode()
+
+
+def create_app(engine: SpecEngine, config: GatewayConfig | None = None) -> FastAPI:
+    config = config or GatewayConfig()
+    backend = LocalBackend(engine)
+    router = Router([backend])
+    limiter = ConcurrencyLimiter(config.max_concurrency, config.max_queue)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        # Start the engine in the background: /health answers at once, /ready only
+        # once the engine is up and its self-check has run.
+        async def start():
+            try:
+                await engine.start()
+            except Exception as exc:
+                # Fail fast: a gateway without its engine only hides the problem.
+                log.error("engine failed to start: %s", exc)
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        task = asyncio.create_task(start())
+        app.state.engine_task = task
+        yield
+        task.cancel()
+        await engine.shutdown()
+
+    app = FastAPI(title="specgw", version="0.1.0", lifespan=lifespan)
+    app.state.engine = engine
+    install_error_handlers(app)
+
+    @app.middleware("http")
+    async def auth(request: Request, call_next):
+        if (config.api_key and request.url.path.startswith("/v1/")
+                and request.headers.get("authorization", "") != f"Bearer {config.api_key}"):
+            return OpenAIError("Incorrect API key provided.", 401, "invalid_request_error",
+                               None, "invalid_api_key").response()
+        return await call_next(request)
+
+    # ----------------------------------------------------------------- probes
+    @app.get("/health")
+    async def health() -> Response:
+        if engine.start_error or engine.errored:
+            return JSONResponse({"status": "error", "error": engine.start_error}, 503)
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/ready")
+    async def ready() -> Response:
+        if engine.ready:
+            return JSONResponse({"status": "ready", "model": engine.model_name})
+        return JSONResponse({"status": "starting" if not engine.start_error else "error",
+                             "error": engine.start_error}, 503)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        if engine.ready:
+            try:  # fresh worker counters at scrape time, bounded so a scrape never hangs
+                await asyncio.wait_for(engine.refresh_probes(), 5)
+            except Exception as exc:
+                log.warning("probe refresh at scrape failed: %s", exc)
+        return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/engine/probes")
+    async def probes() -> Response:
+        """Raw per-rank probe ledgers (what /metrics mirrors), for debugging and tests."""
+        if not engine.ready:
+            raise OpenAIError("engine is not ready", 503, "service_unavailable")
+        return JSONResponse(await engine.refresh_probes())
+
+    @app.get("/v1/engine/self_check")
+    async def self_check() -> Response:
+        return JSONResponse(engine.self_check or {"status": "starting"})
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"object": "list", "data": [
+            {"id": name, "object": "model", "created": 0, "owned_by": "specgw",
+             "max_model_len": engine.settings.max_model_len}
+            for name in router.models()
+        ]}
+
+    # ------------------------------------------------------------- generation
+    async def serve(request: Request, endpoint: str, req, prep_fn, formatter_fn) -> Response:
+        t0 = time.perf_counter()
+        model = req.model
+        status = "200"
+        stack = AsyncExitStack()
+        try:
+            be = router.pick(model)
+            await stack.enter_async_context(limiter.slot())
+            prep: Prepared = await prep_fn(be, req)
+        except OpenAIError as exc:
+            await stack.aclose()
+            m.REQUESTS.labels(model if exc.code != "model_not_found" else "unknown", endpoint,
+                              str(exc.status)).inc()
+            raise
+        fmt = formatter_fn(prep)
+        m.IN_FLIGHT.labels(model).inc()
+        stack.callback(m.IN_FLIGHT.labels(model).dec)
+        if req.stream:
+            return StreamingResponse(
+                stream_events(request, endpoint, model, be, prep, fmt, req.include_usage,
+                              t0, stack),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
+        try:
+            finals: dict[int, Delta] = {}
+            async for d in watch_disconnect(request, be.generate(prep), model):
+                finals[d.index] = d
+            completion = sum(len(d.token_ids) for d in finals.values())
+            body = fmt.full(finals, usage(prep.prompt_tokens, completion))
+            return JSONResponse(body)
+        except OpenAIError as exc:
+            status = str(exc.status)
+            raise
+        except Exception:
+            status = "500"
+            raise
+        finally:
+            m.REQUESTS.labels(model, endpoint, status).inc()
+            m.REQUEST_LATENCY.labels(model, endpoint).observe(time.perf_counter() - t0)
+            await stack.aclose()
+
+    async def watch_disconnect(request: Request, it: AsyncIterator[Delta], model: str):
+        """Non-streaming: abort the engine request if the client goes away."""
+        async def disconnected() -> None:
+            while not await request.is_disconnected():
+                await asyncio.sleep(0.25)
+
+        watcher = asyncio.create_task(disconnected())
+        try:
+            while True:
+                nxt = asyncio.ensure_future(it.__anext__())
+                done, _ = await asyncio.wait({nxt, watcher}, return_when=asyncio.FIRST_COMPLETED)
+                if nxt in done:
+                    try:
+                        yield nxt.result()
+                    except StopAsyncIteration:
+                        return
+                else:
+                    nxt.cancel()
+                    m.ABORTS.labels(model).inc()
+                    raise OpenAIError("Client disconnected", 499, "client_disconnected")
+        finally:
+            watcher.cancel()
+            await it.aclose()
+
+    async def stream_events(request, endpoint, model, be, prep, fmt, include_usage, t0,
+                            stack: AsyncExitStack) -> AsyncIterator[bytes]:
+        status, completion = "200", 0
+        last = None
+        finished = False
+        gen = be.generate(prep)
+        try:
+            async for d in gen:
+                now = time.perf_counter()
+                if d.token_ids:
+                    if last is None:
+                        m.TTFT.labels(model, endpoint).observe(now - t0)
+                    else:
+                        m.ITL.labels(model, endpoint).observe((now - last) / len(d.token_ids))
+                    last = now
+                completion += len(d.token_ids)
+                yield sse(fmt.chunk(d))
+            if include_usage:
+                yield sse(fmt.usage_chunk(usage(prep.prompt_tokens, completion)))
+            yield sse("[DONE]")
+            finished = True
+        except OpenAIError as exc:
+            status = str(exc.status)
+            yield sse(exc.body())
+            yield sse("[DONE]")
+            finished = True
+        except Exception as exc:  # the stream already started: end it with an error event
+            status = "500"
+            log.exception("stream failed")
+            yield sse(OpenAIError(f"stream failed: {type(exc).__name__}", 500,
+                                  "internal_server_error").body())
+            yield sse("[DONE]")
+            finished = True
+        finally:
+            if not finished:
+                status = "499"
+                m.ABORTS.labels(model).inc()
+            await gen.aclose()
+            m.REQUESTS.labels(model, endpoint, status).inc()
+            m.REQUEST_LATENCY.labels(model, endpoint).observe(time.perf_counter() - t0)
+            await stack.aclose()
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request, body: ChatCompletionRequest) -> Response:
+        return await serve(
+            request, "chat", body,
+            lambda be, r: be.prepare_chat(r, r.stream),
+            lambda p: ChatFormatter(p.request_id, body.model, body.top_logprobs or 0,
+                                    body.logprobs),
+        )
+
+    @app.post("/v1/completions")
+    async def completions(request: Request, body: CompletionRequest) -> Response:
+        return await serve(
+            request, "completions", body,
+            lambda be, r: be.prepare_completion(r, r.stream),
+            lambda p: CompletionFormatter(p.request_id, body.model, body.logprobs,
+                                          p.prompt_texts if body.echo else None, body.n),
+        )
+
+    return app

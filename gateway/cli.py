@@ -1,0 +1,105 @@
+"""``specgw serve``: start the gateway with the in-process vLLM engine.
+
+Every flag has a ``SPECGW_*`` environment variable (flag wins); defaults serve the
+bundled tiny Llama + EAGLE-3 pair on 127.0.0.1:8000.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from engine_ext.settings import EngineSettings
+
+
+def _env(name: str, default=None):
+    return os.environ.get(f"SPECGW_{name}", default)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="specgw", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve", help="serve the OpenAI API with the in-process engine")
+    s.add_argument("--host", default=_env("HOST", "127.0.0.1"))
+    s.add_argument("--port", type=int, default=int(_env("PORT", "8000")))
+    s.add_argument("--model", help="target model: HF id or local dir (default: bundled)")
+    s.add_argument("--draft-model", help="draft head: HF id or local dir")
+    s.add_argument("--method", choices=["eagle", "eagle3", "mtp", "none"])
+    s.add_argument("--num-speculative-tokens", "-k", type=int)
+    s.add_argument("--served-model-name")
+    s.add_argument("--max-num-seqs", type=int, help="engine batch limit")
+    s.add_argument("--max-model-len", type=int)
+    s.add_argument("--runner", choices=["auto", "v1", "v2"], help="vLLM model runner")
+    s.add_argument("--draft-enforce-eager", action="store_true", default=None,
+                   help="run the drafter eager (speculative_config.enforce_eager)")
+    s.add_argument("--enforce-eager", action="store_true", default=None)
+    s.add_argument("--max-capture-size", type=int)
+    s.add_argument("--kv-cache-gib", type=float)
+    s.add_argument("--tensor-parallel-size", "-tp", type=int)
+    s.add_argument("--max-concurrency", type=int, default=int(_env("MAX_CONCURRENCY", "64")),
+                   help="requests served at once; more wait in a bounded queue")
+    s.add_argument("--max-queue", type=int, default=int(_env("MAX_QUEUE", "256")),
+                   help="requests allowed to wait; beyond that 429")
+    s.add_argument("--api-key", default=_env("API_KEY"))
+    s.add_argument("--poll-interval", type=float, default=float(_env("POLL_INTERVAL", "5")),
+                   help="seconds between worker probe polls (collective_rpc)")
+    s.add_argument("--log-format", choices=["json", "text"], default=_env("LOG_FORMAT", "json"))
+    s.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
+    return p
+
+
+def setup_logging(fmt: str, level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        from pythonjsonlogger.json import JsonFormatter
+
+        handler.setFormatter(JsonFormatter(
+            "%(asctime)s %(levelname)s %(name)s %(message)s", rename_fields={"levelname": "level"}
+        ))
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    for name in ("gateway", "engine_ext"):
+        lg = logging.getLogger(name)
+        lg.handlers[:] = [handler]
+        lg.setLevel(level.upper())
+        lg.propagate = False
+
+
+def settings_from_args(a: argparse.Namespace) -> EngineSettings:
+    return EngineSettings.from_env(
+        model=a.model, draft_model=a.draft_model, method=a.method,
+        num_speculative_tokens=a.num_speculative_tokens, served_model_name=a.served_model_name,
+        max_num_seqs=a.max_num_seqs, max_model_len=a.max_model_len, runner=a.runner,
+        draft_enforce_eager=a.draft_enforce_eager, enforce_eager=a.enforce_eager,
+        max_capture_size=a.max_capture_size, kv_cache_gib=a.kv_cache_gib,
+        tensor_parallel_size=a.tensor_parallel_size,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    setup_logging(args.log_format, args.log_level)
+    log = logging.getLogger("gateway.cli")
+    try:
+        settings = settings_from_args(args)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"specgw: error: {exc}", file=sys.stderr)
+        return 2
+    import uvicorn
+
+    from engine_ext.engine import SpecEngine
+    from gateway.app import GatewayConfig, create_app
+
+    engine = SpecEngine(settings, poll_interval_s=args.poll_interval)
+    app = create_app(engine, GatewayConfig(args.max_concurrency, args.max_queue, args.api_key))
+    log.info("serving %s on http://%s:%d (ready at /ready once the engine is up)",
+             settings.model_name, args.host, args.port)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower(),
+                access_log=False)
+    return 1 if engine.start_error else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

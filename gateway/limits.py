@@ -1,0 +1,35 @@
+"""Global concurrency limit with a bounded wait queue (memory stays bounded)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from gateway.errors import OpenAIError
+
+
+class ConcurrencyLimiter:
+    def __init__(self, max_concurrency: int, max_queue: int):
+        self.max_concurrency = max_concurrency
+        self.max_queue = max_queue
+        self._sem = asyncio.Semaphore(max_concurrency)
+        self.waiting = 0
+
+    @asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        if self._sem.locked() and self.waiting >= self.max_queue:
+            raise OpenAIError(
+                f"Server is at capacity ({self.max_concurrency} in flight, "
+                f"{self.waiting} queued). Retry later.",
+                429, "rate_limit_error", None, "server_overloaded",
+            )
+        self.waiting += 1
+        try:
+            await self._sem.acquire()
+        finally:
+            self.waiting -= 1
+        try:
+            yield
+        finally:
+            self._sem.release()

@@ -1,0 +1,159 @@
+"""The in-process vLLM engine as a backend: prompt rendering, generation, abort.
+
+Yields :class:`Delta` events (one per choice per engine output); the HTTP layer turns
+them into OpenAI JSON or SSE. Cancelling the iterator (client gone) aborts the request
+in the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from vllm import SamplingParams
+
+from engine_ext.engine import SpecEngine
+from gateway.errors import OpenAIError, invalid
+from gateway.protocol import ChatCompletionRequest, CompletionRequest
+from gateway.sampling import reject_unsupported, sampling_params
+
+log = logging.getLogger("gateway.local")
+
+
+@dataclass
+class Delta:
+    index: int
+    text: str
+    token_ids: list[int]
+    logprobs: list[dict[int, Any]] | None
+    finish_reason: str | None
+
+
+@dataclass
+class Prepared:
+    request_id: str
+    prompts: list[list[int]]
+    params: SamplingParams
+    n: int
+    prompt_tokens: int = 0
+    prompt_texts: list[str] = field(default_factory=list)
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(self, engine: SpecEngine):
+        self.engine = engine
+        self.outstanding = 0
+
+    @property
+    def models(self) -> list[str]:
+        return [self.engine.model_name]
+
+    @property
+    def healthy(self) -> bool:
+        return self.engine.ready
+
+    @property
+    def max_model_len(self) -> int:
+        return self.engine.settings.max_model_len
+
+    def _tokenizer(self):
+        return self.engine.engine.get_tokenizer()
+
+    # ------------------------------------------------------------------ prepare
+    async def prepare_chat(self, req: ChatCompletionRequest, stream: bool) -> Prepared:
+        reject_unsupported(req, self.engine.settings.speculative)
+        tok = self._tokenizer()
+        try:
+            messages = [{"role": m.role, "content": m.text()} for m in req.messages]
+        except ValueError as exc:
+            raise invalid(str(exc), param="messages") from exc
+        try:
+            text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        except Exception as exc:  # template errors are the caller's messages' fault
+            raise invalid(f"could not apply the chat template: {exc}", param="messages") from exc
+        ids = tok.encode(text, add_special_tokens=False)
+        params = sampling_params(req, len(ids), self.max_model_len, stream, "messages")
+        return Prepared(f"chatcmpl-{uuid.uuid4().hex}", [ids], params, req.n, len(ids), [text])
+
+    async def prepare_completion(self, req: CompletionRequest, stream: bool) -> Prepared:
+        reject_unsupported(req, self.engine.settings.speculative)
+        tok = self._tokenizer()
+        try:
+            raw = req.prompts()
+        except ValueError as exc:
+            raise invalid(str(exc), param="prompt") from exc
+        vocab = len(tok)
+        prompts, texts = [], []
+        for p in raw:
+            if isinstance(p, str):
+                ids = tok.encode(p, add_special_tokens=False)
+                texts.append(p)
+            else:
+                if not p:
+                    raise invalid("prompt: token list must not be empty", param="prompt")
+                if any(t < 0 or t >= vocab for t in p):
+                    raise invalid(f"prompt: token ids must be in [0, {vocab})", param="prompt")
+                ids = list(p)
+                texts.append(tok.decode(ids))
+            if not ids:
+                raise invalid("prompt: must not be empty", param="prompt")
+            prompts.append(ids)
+        longest = max(len(p) for p in prompts)
+        params = sampling_params(req, longest, self.max_model_len, stream, "prompt")
+        return Prepared(f"cmpl-{uuid.uuid4().hex}", prompts, params, req.n,
+                        sum(len(p) for p in prompts), texts)
+
+    # ---------------------------------------------------------------- generate
+    async def _one(self, rid: str, ids: list[int], params: SamplingParams, base: int,
+                   queue: asyncio.Queue) -> None:
+        engine = self.engine.engine
+        try:
+            async for out in engine.generate({"prompt_token_ids": ids}, params, request_id=rid):
+                for o in out.outputs:
+                    await queue.put(Delta(base + o.index, o.text, list(o.token_ids),
+                                          o.logprobs, o.finish_reason))
+        except OpenAIError:
+            raise
+        except ValueError as exc:  # vLLM input validation (e.g. logprobs over max)
+            raise invalid(str(exc)) from exc
+
+    async def generate(self, prep: Prepared) -> AsyncIterator[Delta]:
+        """Merge the outputs of every prompt (completions accept a batch of prompts)."""
+        queue: asyncio.Queue = asyncio.Queue()
+        rids = [f"{prep.request_id}-{i}" for i in range(len(prep.prompts))]
+        tasks = [
+            asyncio.create_task(self._one(rid, ids, prep.params, i * prep.n, queue))
+            for i, (rid, ids) in enumerate(zip(rids, prep.prompts, strict=True))
+        ]
+        self.outstanding += 1
+        done_all = False
+        try:
+            pending = set(tasks)
+            while pending:
+                getter = asyncio.create_task(queue.get())
+                done, _ = await asyncio.wait({getter, *pending},
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if getter in done:
+                    yield getter.result()
+                else:
+                    getter.cancel()
+                for t in done - {getter}:
+                    pending.discard(t)
+                    t.result()  # re-raise engine errors
+            while not queue.empty():
+                yield queue.get_nowait()
+            done_all = True
+        finally:
+            self.outstanding -= 1
+            if not done_all:
+                for t in tasks:
+                    t.cancel()
+                # The client left (or an error): free the engine's slots now.
+                await self.engine.engine.abort(rids)
+                log.info("aborted %s in the engine", prep.request_id)

@@ -1,0 +1,132 @@
+"""Request models for the OpenAI endpoints we serve.
+
+Field names, types and ranges follow the OpenAI API reference; the vLLM extras that
+OpenAI-SDK users pass through ``extra_body`` (top_k, min_p, repetition_penalty,
+ignore_eos, min_tokens) are accepted too. Unknown fields are ignored, as vLLM does.
+Parameters we cannot honour are rejected with a 400, never silently dropped.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
+
+Temperature = Annotated[float, Field(ge=0.0, le=2.0)]
+TopP = Annotated[float, Field(gt=0.0, le=1.0)]
+Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
+
+
+class StreamOptions(BaseModel):
+    include_usage: StrictBool = False
+    continuous_usage_stats: StrictBool = False
+
+
+class ContentPart(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        out = []
+        for part in self.content:
+            if part.type != "text" or part.text is None:
+                raise ValueError(f"content part type {part.type!r} is not supported "
+                                 "(this model is text-only)")
+            out.append(part.text)
+        return "".join(out)
+
+
+class _SamplingFields(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    n: Annotated[StrictInt, Field(ge=1, le=16)] = 1
+    stop: str | list[str] | None = None
+    seed: StrictInt | None = None
+    presence_penalty: Penalty | None = None
+    frequency_penalty: Penalty | None = None
+    stream: StrictBool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+    logit_bias: dict[str, float] | None = None
+    # vLLM extras
+    top_k: StrictInt | None = None
+    min_p: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    repetition_penalty: Annotated[float, Field(gt=0.0, le=2.0)] | None = None
+    ignore_eos: StrictBool = False
+    min_tokens: Annotated[StrictInt, Field(ge=0)] = 0
+
+    @model_validator(mode="after")
+    def _check_common(self):
+        if isinstance(self.stop, list) and len(self.stop) > 16:
+            raise ValueError("stop: at most 16 stop sequences")
+        if self.stream_options is not None and not self.stream:
+            raise ValueError("stream_options: only allowed when stream is true")
+        return self
+
+    def stop_list(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+class ChatCompletionRequest(_SamplingFields):
+    messages: Annotated[list[ChatMessage], Field(min_length=1)]
+    max_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
+    max_completion_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
+    logprobs: StrictBool = False
+    top_logprobs: Annotated[StrictInt, Field(ge=0, le=20)] | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    response_format: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _check_chat(self):
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ValueError("top_logprobs: requires logprobs to be true")
+        return self
+
+    @property
+    def output_limit(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+
+class CompletionRequest(_SamplingFields):
+    prompt: str | list[str] | list[StrictInt] | list[list[StrictInt]]
+    max_tokens: Annotated[StrictInt, Field(ge=1)] | None = 16
+    logprobs: Annotated[StrictInt, Field(ge=0, le=20)] | None = None
+    echo: StrictBool = False
+    suffix: str | None = None
+    best_of: StrictInt | None = None
+
+    @property
+    def output_limit(self) -> int | None:
+        return self.max_tokens
+
+    def prompts(self) -> list[str | list[int]]:
+        p = self.prompt
+        if isinstance(p, str):
+            return [p]
+        if not p:
+            raise ValueError("prompt: must not be empty")
+        if all(isinstance(x, int) for x in p):
+            return [list(p)]  # one prompt of token ids
+        return list(p)

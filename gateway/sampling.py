@@ -1,0 +1,82 @@
+"""OpenAI request -> vLLM ``SamplingParams`` (and the prompt-length check)."""
+
+from __future__ import annotations
+
+from vllm import SamplingParams
+from vllm.sampling_params import RequestOutputKind
+
+from gateway.errors import invalid
+from gateway.protocol import ChatCompletionRequest, CompletionRequest
+
+
+def reject_unsupported(req: ChatCompletionRequest | CompletionRequest, speculative: bool) -> None:
+    """Parameters we would otherwise ignore silently are refused with a 400."""
+    if req.logit_bias:
+        raise invalid("logit_bias is not supported with speculative decoding",
+                      param="logit_bias", code="unsupported_parameter")
+    if speculative and req.min_p:
+        raise invalid("min_p is not supported with speculative decoding",
+                      param="min_p", code="unsupported_parameter")
+    if isinstance(req, ChatCompletionRequest):
+        if req.tools:
+            raise invalid("tools are not supported by this deployment", param="tools",
+                          code="unsupported_parameter")
+        rf = (req.response_format or {}).get("type", "text")
+        if rf != "text":
+            raise invalid(f"response_format type {rf!r} is not supported",
+                          param="response_format", code="unsupported_parameter")
+    else:
+        if req.suffix:
+            raise invalid("suffix is not supported", param="suffix",
+                          code="unsupported_parameter")
+        if req.best_of is not None and req.best_of != req.n:
+            raise invalid("best_of must equal n", param="best_of",
+                          code="unsupported_parameter")
+
+
+def sampling_params(
+    req: ChatCompletionRequest | CompletionRequest,
+    prompt_len: int,
+    max_model_len: int,
+    stream: bool,
+    prompt_param: str,
+) -> SamplingParams:
+    room = max_model_len - prompt_len
+    limit = req.output_limit
+    if room <= 0 or (limit is not None and limit > room):
+        asked = f" + {limit} output tokens" if limit is not None else ""
+        raise invalid(
+            f"This model's maximum context length is {max_model_len} tokens. However, you "
+            f"requested {prompt_len} prompt tokens{asked}. Please reduce the length of the "
+            "messages or the max tokens.",
+            param=prompt_param if limit is None or room <= 0 else "max_tokens",
+            code="context_length_exceeded",
+        )
+    if isinstance(req, ChatCompletionRequest):
+        logprobs = (req.top_logprobs or 0) if req.logprobs else None
+    else:
+        logprobs = req.logprobs
+    kwargs = dict(
+        n=req.n,
+        max_tokens=limit if limit is not None else room,
+        stop=req.stop_list() or None,
+        seed=req.seed,
+        logprobs=logprobs,
+        ignore_eos=req.ignore_eos,
+        min_tokens=req.min_tokens,
+        output_kind=RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY,
+    )
+    optional = {
+        "temperature": req.temperature,
+        "top_p": req.top_p,
+        "top_k": req.top_k,
+        "min_p": req.min_p,
+        "presence_penalty": req.presence_penalty,
+        "frequency_penalty": req.frequency_penalty,
+        "repetition_penalty": req.repetition_penalty,
+    }
+    kwargs.update({k: v for k, v in optional.items() if v is not None})
+    try:
+        return SamplingParams(**kwargs)
+    except (ValueError, TypeError) as exc:
+        raise invalid(str(exc)) from exc

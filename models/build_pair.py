@@ -1,0 +1,475 @@
+"""Build the bundled model pair offline and deterministically.
+
+Produces, under ``--out`` (default ``models/tiny-code-llama``):
+
+* ``target/``  a small Llama (HF ``LlamaForCausalLM`` layout) with a byte-level BPE
+  tokenizer trained with ``tokenizers`` on local text and a chat template;
+* ``eagle3/``  an EAGLE-3 head in vLLM's ``LlamaForCausalLMEagle3`` checkpoint layout
+  (``midlayer.*``, ``fc`` over three auxiliary hidden states, own ``lm_head`` over a
+  reduced draft vocabulary with ``d2t``/``t2d`` maps), trained on the target's hidden
+  states with EAGLE-3's training-time test (the head learns from its own outputs for
+  later draft positions, as it runs at inference).
+
+The corpus is the Python standard library's own source files (always on disk, no
+download). The output is a pure function of the corpus, the flags, the torch build and
+the thread count, all of which are recorded in ``build_info.json``.
+
+Run: ``python models/build_pair.py`` (about 15 minutes on 2 cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import math
+import os
+import sysconfig
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+# Deterministic tokenizer training: rayon thread scheduling must not reorder merges.
+os.environ.setdefault("RAYON_NUM_THREADS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tqdm import tqdm
+
+log = logging.getLogger("build_pair")
+
+SPECIAL_TOKENS = ["<|pad|>", "<|bos|>", "<|eos|>", "<|system|>", "<|user|>", "<|assistant|>"]
+# Jinja template in the usual HF shape; vLLM and transformers apply it unchanged.
+CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "{{ '<|' + message['role'] + '|>\n' + message['content'] | trim + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}"
+)
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    vocab_size: int = 4096
+    draft_vocab_size: int = 2048
+    hidden_size: int = 256
+    intermediate_size: int = 512
+    num_layers: int = 4
+    num_heads: int = 4
+    seq_len: int = 256
+    batch_size: int = 16
+    target_steps: int = 400
+    target_lr: float = 3e-3
+    head_steps: int = 300
+    head_lr: float = 3e-3
+    ttt_steps: int = 3  # draft positions trained per sample (EAGLE-3 training-time test)
+    aux_layers: tuple[int, ...] = (1, 2, 3)
+    seed: int = 0
+    threads: int = 2
+    max_corpus_bytes: int = 6_000_000
+    rope_theta: float = 10000.0
+    rms_eps: float = 1e-5
+
+
+# ----------------------------------------------------------------------------- corpus
+
+
+def corpus_files() -> list[Path]:
+    """Top-level stdlib modules, sorted: stable for a given CPython release."""
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    return sorted(p for p in stdlib.glob("*.py") if p.is_file())
+
+
+def load_corpus(max_bytes: int) -> tuple[list[str], str]:
+    texts, total, digest = [], 0, hashlib.sha256()
+    for path in corpus_files():
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if total + len(text) > max_bytes:
+            break
+        texts.append(text)
+        total += len(text)
+        digest.update(path.name.encode() + b"\0" + text.encode())
+    return texts, digest.hexdigest()
+
+
+# -------------------------------------------------------------------------- tokenizer
+
+
+def train_tokenizer(texts: list[str], vocab_size: int) -> Tokenizer:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    return tok
+
+
+def save_tokenizer(tok: Tokenizer, out: Path, max_len: int) -> None:
+    tok.save(str(out / "tokenizer.json"))
+    cfg = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<|bos|>",
+        "eos_token": "<|eos|>",
+        "pad_token": "<|pad|>",
+        "unk_token": None,
+        "model_max_length": max_len,
+        "add_bos_token": False,
+        "clean_up_tokenization_spaces": False,
+        "chat_template": CHAT_TEMPLATE,
+    }
+    (out / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    (out / "special_tokens_map.json").write_text(
+        json.dumps({k: cfg[k] for k in ("bos_token", "eos_token", "pad_token")}, indent=2)
+    )
+
+
+# ------------------------------------------------------------------- shared modules
+
+
+def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    var = x.float().pow(2).mean(-1, keepdim=True)
+    return (x.float() * torch.rsqrt(var + eps)).to(x.dtype) * w
+
+
+def rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
+    """Neox-style rotary embedding (rotate_half), as vLLM and HF Llama apply it.
+
+    x: [B, H, T, D]; pos: [T] (absolute positions of these queries/keys).
+    """
+    d = x.shape[-1]
+    inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+    ang = pos.float()[:, None] * inv[None, :]
+    cos = torch.cat([ang.cos(), ang.cos()], -1)
+    sin = torch.cat([ang.sin(), ang.sin()], -1)
+    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
+    rot = torch.cat([-x2, x1], -1)
+    return x * cos + rot * sin
+
+
+class Block(torch.nn.Module):
+    """One Llama decoder block with explicit weights (q/k/v/o, gate/up/down, norms)."""
+
+    def __init__(self, cfg: BuildConfig, in_dim: int):
+        super().__init__()
+        h, i = cfg.hidden_size, cfg.intermediate_size
+        lin = lambda a, b: torch.nn.Linear(a, b, bias=False)  # noqa: E731
+        self.q_proj, self.k_proj, self.v_proj = lin(in_dim, h), lin(in_dim, h), lin(in_dim, h)
+        self.o_proj = lin(h, h)
+        self.gate_proj, self.up_proj, self.down_proj = lin(h, i), lin(h, i), lin(i, h)
+        self.post_attention_layernorm = torch.nn.Parameter(torch.ones(h))
+        self.nh = cfg.num_heads
+        self.eps, self.theta = cfg.rms_eps, cfg.rope_theta
+
+    def heads(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        return x.view(b, t, self.nh, -1).transpose(1, 2)
+
+    def qkv(self, x: torch.Tensor, pos: torch.Tensor):
+        q = rope(self.heads(self.q_proj(x)), pos, self.theta)
+        k = rope(self.heads(self.k_proj(x)), pos, self.theta)
+        return q, k, self.heads(self.v_proj(x))
+
+    def mlp(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+# ---------------------------------------------------------------------------- target
+
+
+def make_target(cfg: BuildConfig):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    hf_cfg = LlamaConfig(
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_heads,
+        max_position_embeddings=2048,
+        rms_norm_eps=cfg.rms_eps,
+        rope_theta=cfg.rope_theta,
+        tie_word_embeddings=True,
+        bos_token_id=SPECIAL_TOKENS.index("<|bos|>"),
+        eos_token_id=SPECIAL_TOKENS.index("<|eos|>"),
+        pad_token_id=SPECIAL_TOKENS.index("<|pad|>"),
+        torch_dtype="bfloat16",
+    )
+    return LlamaForCausalLM(hf_cfg)
+
+
+def batches(ids: torch.Tensor, cfg: BuildConfig, gen: torch.Generator):
+    while True:
+        starts = torch.randint(0, len(ids) - cfg.seq_len - 1, (cfg.batch_size,), generator=gen)
+        yield torch.stack([ids[s : s + cfg.seq_len] for s in starts.tolist()])
+
+
+def lr_at(step: int, total: int, peak: float) -> float:
+    warm = max(1, total // 20)
+    if step < warm:
+        return peak * (step + 1) / warm
+    return peak * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, total - warm)))
+
+
+def train_target(model, ids: torch.Tensor, cfg: BuildConfig) -> float:
+    gen = torch.Generator().manual_seed(cfg.seed + 1)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.target_lr, weight_decay=0.01)
+    model.train()
+    data = batches(ids, cfg, gen)
+    loss_val = float("nan")
+    for step in (bar := tqdm(range(cfg.target_steps), desc="target", unit="step")):
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, cfg.target_steps, cfg.target_lr)
+        x = next(data)
+        out = model(input_ids=x, labels=x)
+        opt.zero_grad(set_to_none=True)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        loss_val = out.loss.item()
+        bar.set_postfix(loss=f"{loss_val:.3f}")
+    model.eval()
+    return loss_val
+
+
+# ------------------------------------------------------------------------- EAGLE-3 head
+
+
+class Eagle3Head(torch.nn.Module):
+    """Training twin of vLLM's ``llama_eagle3.LlamaModel`` (one ``midlayer``).
+
+    Same math as vLLM's forward: ``fc`` over the concatenated aux hidden states, then
+    ``cat(input_layernorm(embed), hidden_norm(h))`` into attention, residual = h,
+    fused add+RMSNorm, and the pre-norm sum is what the next draft step consumes.
+    """
+
+    def __init__(self, cfg: BuildConfig, embed: torch.Tensor):
+        super().__init__()
+        h = cfg.hidden_size
+        self.cfg = cfg
+        self.embed = embed  # frozen, shared with the target (not saved: vLLM shares it)
+        self.fc = torch.nn.Linear(h * len(cfg.aux_layers), h, bias=False)
+        self.block = Block(cfg, in_dim=2 * h)
+        self.input_layernorm = torch.nn.Parameter(torch.ones(h))
+        self.hidden_norm = torch.nn.Parameter(torch.ones(h))
+        self.norm = torch.nn.Parameter(torch.ones(h))
+        self.lm_head = torch.nn.Linear(h, cfg.draft_vocab_size, bias=False)
+
+    def step(self, tokens, hidden, pos, past_k, past_v, diag_k, diag_v):
+        """One draft pass over every index at once.
+
+        Index i's query attends causally to the first pass's keys (``past_*``, indices
+        <= i) and to its own keys from earlier draft steps (``diag_*``), exactly the
+        KV-cache layout vLLM builds while drafting.
+        """
+        c, b = self.cfg, self.block
+        e = rms_norm(self.embed[tokens], self.input_layernorm, c.rms_eps)
+        x = torch.cat([e, rms_norm(hidden, self.hidden_norm, c.rms_eps)], -1)
+        q, k, v = b.qkv(x, pos)
+        if past_k is None:
+            past_k, past_v = k, v
+            extra_k, extra_v = [], []
+        else:
+            extra_k, extra_v = [*diag_k, k], [*diag_v, v]
+        scale = q.shape[-1] ** -0.5
+        t = q.shape[2]
+        causal = torch.ones(t, t, dtype=torch.bool).tril()
+        scores = [(q @ past_k.transpose(-1, -2) * scale).masked_fill(~causal, float("-inf"))]
+        scores += [(q * ek).sum(-1, keepdim=True) * scale for ek in extra_k]
+        attn = torch.softmax(torch.cat(scores, -1), -1)
+        out = attn[..., :t] @ past_v
+        for j, ev in enumerate(extra_v):
+            out = out + attn[..., t + j : t + j + 1] * ev
+        out = out.transpose(1, 2).reshape(hidden.shape)
+        a = b.o_proj(out)
+        resid = a + hidden
+        hh = b.mlp(rms_norm(resid, b.post_attention_layernorm, c.rms_eps))
+        prenorm = hh + resid
+        logits = self.lm_head(rms_norm(prenorm, self.norm, c.rms_eps))
+        return logits, prenorm, (k, v), (past_k, past_v)
+
+
+@torch.no_grad()
+def target_features(target, x: torch.Tensor, aux_layers):
+    out = target(input_ids=x, output_hidden_states=True)
+    # hidden_states[i] is the residual stream entering layer i, which is what vLLM
+    # hands the drafter for aux layer id i (for i < num_layers).
+    aux = torch.cat([out.hidden_states[i] for i in aux_layers], -1)
+    return aux, out.logits.float()
+
+
+def draft_vocab(target, ids: torch.Tensor, cfg: BuildConfig) -> torch.Tensor:
+    """Most frequent target tokens (by count in the corpus), sorted by target id."""
+    counts = torch.bincount(ids, minlength=cfg.vocab_size)
+    counts[: len(SPECIAL_TOKENS)] += ids.numel()  # always keep specials (eos matters)
+    top = torch.topk(counts, cfg.draft_vocab_size, sorted=True).indices
+    return torch.sort(top).values
+
+
+def train_head(target, ids: torch.Tensor, cfg: BuildConfig, d2t_ids: torch.Tensor):
+    embed = target.get_input_embeddings().weight.detach()
+    head = Eagle3Head(cfg, embed)
+    t2d = torch.full((cfg.vocab_size,), -1, dtype=torch.long)
+    t2d[d2t_ids] = torch.arange(cfg.draft_vocab_size)
+    gen = torch.Generator().manual_seed(cfg.seed + 2)
+    params = [p for n, p in head.named_parameters() if n != "embed"]
+    opt = torch.optim.AdamW(params, lr=cfg.head_lr, weight_decay=0.0)
+    data = batches(ids, cfg, gen)
+    n = cfg.seq_len - 1 - cfg.ttt_steps
+    hist = {"loss": float("nan"), "acc": []}
+    for step in (bar := tqdm(range(cfg.head_steps), desc="eagle3", unit="step")):
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, cfg.head_steps, cfg.head_lr)
+        x = next(data)
+        aux, tlogits = target_features(target, x, cfg.aux_layers)
+        hidden = head.fc(aux[:, :n])
+        pos = torch.arange(n)
+        past_k = past_v = None
+        diag_k, diag_v = [], []
+        loss, accs = 0.0, []
+        for j in range(cfg.ttt_steps):
+            # index i, step j: input token x[i+1+j] at position i+j; it must predict
+            # the target's next token after x[i+1+j], i.e. target logits at i+1+j.
+            tokens = x[:, 1 + j : 1 + j + n]
+            logits, prenorm, kv, past = head.step(
+                tokens, hidden, pos + j, past_k, past_v, diag_k, diag_v
+            )
+            if j == 0:
+                past_k, past_v = past
+            else:
+                diag_k.append(kv[0])
+                diag_v.append(kv[1])
+            tl = tlogits[:, 1 + j : 1 + j + n][..., d2t_ids]
+            p = torch.softmax(tl, -1)
+            loss = loss + (-(p * torch.log_softmax(logits, -1)).sum(-1)).mean() * (0.8**j)
+            top_target = tlogits[:, 1 + j : 1 + j + n].argmax(-1)
+            hit = d2t_ids[logits.argmax(-1)] == top_target
+            accs.append(hit.float().mean().item())
+            hidden = prenorm
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        hist["loss"], hist["acc"] = loss.item(), accs
+        bar.set_postfix(loss=f"{hist['loss']:.3f}", acc="/".join(f"{a:.2f}" for a in accs))
+    return head, t2d, hist
+
+
+def save_head(head: Eagle3Head, cfg: BuildConfig, d2t_ids: torch.Tensor, out: Path):
+    b = head.block
+    bf = lambda t: t.detach().to(torch.bfloat16).contiguous()  # noqa: E731
+    tensors = {
+        "fc.weight": bf(head.fc.weight),
+        "norm.weight": bf(head.norm),
+        "lm_head.weight": bf(head.lm_head.weight),
+        "midlayer.input_layernorm.weight": bf(head.input_layernorm),
+        "midlayer.hidden_norm.weight": bf(head.hidden_norm),
+        "midlayer.post_attention_layernorm.weight": bf(b.post_attention_layernorm),
+        "midlayer.self_attn.q_proj.weight": bf(b.q_proj.weight),
+        "midlayer.self_attn.k_proj.weight": bf(b.k_proj.weight),
+        "midlayer.self_attn.v_proj.weight": bf(b.v_proj.weight),
+        "midlayer.self_attn.o_proj.weight": bf(b.o_proj.weight),
+        "midlayer.mlp.gate_proj.weight": bf(b.gate_proj.weight),
+        "midlayer.mlp.up_proj.weight": bf(b.up_proj.weight),
+        "midlayer.mlp.down_proj.weight": bf(b.down_proj.weight),
+        # d2t: offset added to a draft id to get the target id (EAGLE-3 convention).
+        "d2t": (d2t_ids - torch.arange(cfg.draft_vocab_size)).contiguous(),
+        "t2d": torch.zeros(cfg.vocab_size, dtype=torch.bool).index_fill(0, d2t_ids, True),
+    }
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    config = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "hidden_size": cfg.hidden_size,
+        "intermediate_size": cfg.intermediate_size,
+        "num_hidden_layers": 1,
+        "num_attention_heads": cfg.num_heads,
+        "num_key_value_heads": cfg.num_heads,
+        "head_dim": cfg.hidden_size // cfg.num_heads,
+        "hidden_act": "silu",
+        "max_position_embeddings": 2048,
+        "rms_norm_eps": cfg.rms_eps,
+        "rope_theta": cfg.rope_theta,
+        "vocab_size": cfg.vocab_size,
+        "draft_vocab_size": cfg.draft_vocab_size,
+        "target_hidden_size": cfg.hidden_size,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "bos_token_id": SPECIAL_TOKENS.index("<|bos|>"),
+        "eos_token_id": SPECIAL_TOKENS.index("<|eos|>"),
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(cfg.aux_layers)},
+    }
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+# ------------------------------------------------------------------------------ main
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "tiny-code-llama")
+    ap.add_argument("--target-steps", type=int, default=BuildConfig.target_steps)
+    ap.add_argument("--head-steps", type=int, default=BuildConfig.head_steps)
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    cfg = BuildConfig(target_steps=args.target_steps, head_steps=args.head_steps)
+
+    torch.manual_seed(cfg.seed)
+    torch.set_num_threads(cfg.threads)
+    torch.use_deterministic_algorithms(True)
+    t0 = time.time()
+
+    texts, corpus_sha = load_corpus(cfg.max_corpus_bytes)
+    log.info("corpus: %d files, %d bytes", len(texts), sum(map(len, texts)))
+    tok = train_tokenizer(texts, cfg.vocab_size)
+    eos = tok.token_to_id("<|eos|>")
+    ids = torch.tensor(
+        [i for enc in tok.encode_batch(texts) for i in [*enc.ids, eos]], dtype=torch.long
+    )
+    log.info("tokens: %d", ids.numel())
+
+    target = make_target(cfg)
+    target_loss = train_target(target, ids, cfg)
+    tdir, ddir = args.out / "target", args.out / "eagle3"
+    tdir.mkdir(parents=True, exist_ok=True)
+    ddir.mkdir(parents=True, exist_ok=True)
+    target.to(torch.bfloat16).save_pretrained(tdir, safe_serialization=True)
+    target.float()
+    save_tokenizer(tok, tdir, max_len=2048)
+    (tdir / "generation_config.json").write_text(
+        json.dumps({"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}) + "\n"
+    )
+
+    # target.float() above restored fp32 compute on bf16-rounded weights: the head
+    # trains against the target exactly as it will be served.
+    d2t_ids = draft_vocab(target, ids, cfg)
+    head, _, hist = train_head(target, ids, cfg, d2t_ids)
+    save_head(head, cfg, d2t_ids, ddir)
+
+    info = {
+        "config": asdict(cfg),
+        "corpus_sha256": corpus_sha,
+        "corpus_files": len(texts),
+        "tokens": ids.numel(),
+        "torch": torch.__version__,
+        "target_final_loss": round(target_loss, 4),
+        "head_final_loss": round(hist["loss"], 4),
+        "head_train_top1_per_step": [round(a, 3) for a in hist["acc"]],
+        "build_seconds": round(time.time() - t0, 1),
+    }
+    (args.out / "build_info.json").write_text(json.dumps(info, indent=2) + "\n")
+    log.info("done: %s", json.dumps(info))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Prometheus metric definitions, Grafana dashboard and Prometheus config."""

@@ -1,0 +1,145 @@
+"""The Grafana dashboard, generated from one list of panels so that the JSON, the
+Prometheus query test and the PNG preview all use the very same PromQL.
+
+Run ``python -m monitoring.dashboard`` to rewrite ``monitoring/grafana/specgw.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+DASHBOARD_PATH = Path(__file__).parent / "grafana" / "specgw.json"
+SEL = 'model=~"$model_name",instance=~"$instance"'
+VSEL = 'model_name=~"$model_name",instance=~"$instance"'
+R = "$__rate_interval"
+
+
+def hit_rate(role: str) -> str:
+    """Graph replays / all forwards, by phase. The `or ... * 0` keeps a series (value 0)
+    where nothing ever replayed, e.g. on CPU, instead of returning no data."""
+    replayed = (f'sum by (phase) (rate(specgw_cudagraph_replayed_forwards_total'
+                f'{{{SEL},role="{role}"}}[{R}]))')
+    total = f'sum by (phase) (rate(specgw_model_forwards_total{{{SEL},role="{role}"}}[{R}]))'
+    return f"({replayed} or {total} * 0) / {total}"
+
+
+def quantiles(metric: str, extra: str = "") -> list[tuple[str, str]]:
+    return [
+        (f"p{int(q * 100)}",
+         f"histogram_quantile({q}, sum by (le) (rate({metric}_bucket{{{SEL}{extra}}}[{R}])))")
+        for q in (0.5, 0.9, 0.99)
+    ]
+
+
+@dataclass(frozen=True)
+class Panel:
+    title: str
+    targets: list[tuple[str, str]]  # (legend, expr)
+    unit: str = "short"
+    kind: str = "timeseries"
+    description: str = ""
+
+
+PANELS: list[Panel] = [
+    Panel("Drafter CUDA-graph hit rate", [("{{phase}}", hit_rate("draft"))], "percentunit",
+          description="Drafter forwards that replayed a graph, counted in the worker."),
+    Panel("Target CUDA-graph hit rate", [("{{phase}}", hit_rate("target"))], "percentunit"),
+    Panel("Eager fallbacks (dispatched as graph, ran eager)", [(
+        "{{role}} {{phase}}",
+        f"sum by (role, phase) (rate(specgw_silent_eager_forwards_total{{{SEL}}}[{R}]))")],
+        "ops", description="The failure mode of vLLM PR #25109: should stay at 0."),
+    Panel("Probe coverage", [("{{role}}", f"min by (role) (specgw_probe_coverage{{{SEL}}})")],
+          kind="stat", description="0 = some forward path is unprobed: hit rates unknown."),
+    Panel("Mean acceptance length", [(
+        "acceptance length",
+        f"1 + sum(rate(vllm:spec_decode_num_accepted_tokens_total{{{VSEL}}}[{R}])) / "
+        f"sum(rate(vllm:spec_decode_num_drafts_total{{{VSEL}}}[{R}]))")]),
+    Panel("Acceptance rate per draft position", [(
+        "position {{position}}",
+        f"sum by (position) (rate(vllm:spec_decode_num_accepted_tokens_per_pos_total"
+        f"{{{VSEL}}}[{R}])) / scalar(sum(rate(vllm:spec_decode_num_drafts_total{{{VSEL}}}"
+        f"[{R}])))")], "percentunit"),
+    Panel("Generated tokens per second", [
+        ("gateway (engine counts)",
+         f"sum(rate(specgw_generation_tokens_total{{{SEL}}}[{R}]))"),
+        ("vLLM", f"sum(rate(vllm:generation_tokens_total{{{VSEL}}}[{R}]))"),
+    ]),
+    Panel("Requests per second by status", [(
+        "{{endpoint}} {{status}}",
+        f"sum by (endpoint, status) (rate(specgw_requests_total{{{SEL}}}[{R}]))")], "reqps"),
+    Panel("Error rate (non-2xx share)", [(
+        "errors",
+        f'(sum(rate(specgw_requests_total{{{SEL},status!~"2.."}}[{R}])) or vector(0)) / '
+        f"sum(rate(specgw_requests_total{{{SEL}}}[{R}]))")], "percentunit"),
+    Panel("Time to first token", quantiles("specgw_time_to_first_token_seconds"), "s"),
+    Panel("Inter-token latency", quantiles("specgw_inter_token_latency_seconds"), "s"),
+    Panel("End-to-end request latency", quantiles("specgw_request_duration_seconds"), "s"),
+    Panel("Queue depth and in-flight requests", [
+        ("waiting (engine)", f"sum(vllm:num_requests_waiting{{{VSEL}}})"),
+        ("running (engine)", f"sum(vllm:num_requests_running{{{VSEL}}})"),
+        ("in flight (gateway)", f"sum(specgw_requests_in_flight{{{SEL}}})"),
+    ]),
+]
+
+
+def all_queries() -> list[tuple[str, str]]:
+    return [(p.title, expr) for p in PANELS for _, expr in p.targets]
+
+
+def build() -> dict:
+    ds = {"type": "prometheus", "uid": "${DS_PROMETHEUS}"}
+    panels = []
+    for i, p in enumerate(PANELS):
+        panels.append({
+            "id": i + 1,
+            "type": p.kind,
+            "title": p.title,
+            "description": p.description,
+            "datasource": ds,
+            "gridPos": {"h": 8, "w": 12, "x": (i % 2) * 12, "y": (i // 2) * 8},
+            "fieldConfig": {"defaults": {"unit": p.unit}, "overrides": []},
+            "options": {},
+            "targets": [
+                {"refId": chr(ord("A") + j), "datasource": ds, "expr": expr,
+                 "legendFormat": legend}
+                for j, (legend, expr) in enumerate(p.targets)
+            ],
+        })
+
+    def query_var(name: str, query: str) -> dict:
+        return {"name": name, "type": "query", "datasource": ds, "refresh": 2,
+                "query": {"query": query, "refId": name}, "definition": query,
+                "includeAll": True, "multi": True, "allValue": ".*",
+                "current": {"text": "All", "value": "$__all"}}
+
+    return {
+        "__inputs": [{"name": "DS_PROMETHEUS", "label": "Prometheus", "type": "datasource",
+                      "pluginId": "prometheus", "pluginName": "Prometheus"}],
+        "title": "specgw: speculative decoding on vLLM",
+        "uid": "specgw-spec-decode",
+        "schemaVersion": 39,
+        "version": 1,
+        "editable": True,
+        "refresh": "10s",
+        "time": {"from": "now-1h", "to": "now"},
+        "tags": ["vllm", "speculative-decoding", "cuda-graphs"],
+        "templating": {"list": [
+            {"name": "DS_PROMETHEUS", "label": "Prometheus", "type": "datasource",
+             "query": "prometheus", "current": {}},
+            query_var("model_name", "label_values(specgw_requests_in_flight, model)"),
+            query_var("instance", "label_values(specgw_requests_in_flight, instance)"),
+        ]},
+        "panels": panels,
+    }
+
+
+def main() -> None:
+    DASHBOARD_PATH.parent.mkdir(parents=True, exist_ok=True)
+    DASHBOARD_PATH.write_text(json.dumps(build(), indent=2) + "\n")
+    print(f"wrote {DASHBOARD_PATH}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,208 @@
+"""Every Prometheus metric the gateway exports, in one place.
+
+Naming follows prometheus-client conventions: ``specgw_`` namespace, base units,
+``_total`` for counters, low-cardinality labels (``model``, ``role`` = target|draft,
+``phase``, ``mode``, ``rank``, ``endpoint``, ``status``). vLLM's own ``vllm:*`` metrics
+(including ``vllm:spec_decode_*``) are registered by vLLM's PrometheusStatLogger in the
+same default registry and exported unchanged next to these.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterable
+
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+TOKEN_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
+
+# ---------------------------------------------------------------- gateway (HTTP) metrics
+REQUESTS = Counter(
+    "specgw_requests", "HTTP requests answered, by outcome.", ["model", "endpoint", "status"]
+)
+REQUEST_LATENCY = Histogram(
+    "specgw_request_duration_seconds", "End-to-end request latency seen by the gateway.",
+    ["model", "endpoint"], buckets=LATENCY_BUCKETS,
+)
+TTFT = Histogram(
+    "specgw_time_to_first_token_seconds", "Time from request arrival to the first token.",
+    ["model", "endpoint"], buckets=LATENCY_BUCKETS,
+)
+ITL = Histogram(
+    "specgw_inter_token_latency_seconds",
+    "Time between successive streamed outputs divided by the tokens they carried.",
+    ["model", "endpoint"], buckets=TOKEN_LATENCY_BUCKETS,
+)
+IN_FLIGHT = Gauge("specgw_requests_in_flight", "Requests being served now.", ["model"])
+ABORTS = Counter(
+    "specgw_client_disconnects", "Requests aborted in the engine because the client left.",
+    ["model"],
+)
+
+# ------------------------------------------------------- engine-side (stat logger) metrics
+GENERATION_TOKENS = Counter(
+    "specgw_generation_tokens", "Output tokens produced by the engine.", ["model"]
+)
+PROMPT_TOKENS = Counter("specgw_prompt_tokens", "Prompt tokens prefilled.", ["model"])
+TOKENS_PER_SECOND = Gauge(
+    "specgw_generation_tokens_per_second",
+    "Output tokens/s over the last poll interval, from engine token counts.", ["model"],
+)
+ACCEPTED_PER_DRAFT = Histogram(
+    "specgw_spec_decode_accepted_tokens_per_draft",
+    "Draft tokens accepted per draft (acceptance length = 1 + mean).",
+    ["model"], buckets=(0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16),
+)
+ACCEPTANCE_LENGTH = Gauge(
+    "specgw_spec_decode_acceptance_length",
+    "Mean acceptance length (1 + accepted/drafts) since start.", ["model"],
+)
+
+# ------------------------------------------------------------------ start-up self-check
+DRAFTER_EXPECTED_MODE = Gauge(
+    "specgw_drafter_expected_graph",
+    "1 if the start-up check expects the drafter phase to replay a CUDA graph in steady "
+    "decode at the given batch size class, else 0 (eager).",
+    ["model", "phase", "batch"],
+)
+ENGINE_READY = Gauge(
+    "specgw_engine_ready", "1 once the engine is up and its self-check ran, else 0.", ["model"]
+)
+STARTUP_WARNINGS = Gauge(
+    "specgw_startup_check_warnings",
+    "Number of start-up self-check warnings (drafting expected to run eager, ...).", ["model"],
+)
+
+
+class ProbeCollector(Collector):
+    """Mirrors the worker ledgers (fetched with ``collective_rpc``) as counters.
+
+    The worker owns the counts; the API process only re-exports the latest snapshot, so
+    the values are cumulative since the worker started, exactly like a counter.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._model = ""
+        self._snapshots: list[dict] = []
+
+    def update(self, model: str, snapshots: list[dict]) -> None:
+        with self._lock:
+            self._model, self._snapshots = model, list(snapshots)
+
+    def collect(self) -> Iterable:
+        with self._lock:
+            model, snaps = self._model, list(self._snapshots)
+        replayed = CounterMetricFamily(
+            "specgw_cudagraph_replayed_forwards",
+            "Model forwards that replayed a CUDA graph, counted in the worker.",
+            labels=["model", "rank", "role", "phase", "mode"],
+        )
+        eager = CounterMetricFamily(
+            "specgw_eager_forwards",
+            "Model forwards that ran eager; mode is what the dispatcher had chosen "
+            "(none = eager by decision, piecewise/full = silent fallback).",
+            labels=["model", "rank", "role", "phase", "mode"],
+        )
+        silent = CounterMetricFamily(
+            "specgw_silent_eager_forwards",
+            "Forwards dispatched as a CUDA graph that ran eager (PR #25109's failure).",
+            labels=["model", "rank", "role", "phase"],
+        )
+        forwards = CounterMetricFamily(
+            "specgw_model_forwards",
+            "All probed model forwards (graph or eager): the hit-rate denominator.",
+            labels=["model", "rank", "role", "phase"],
+        )
+        replays = CounterMetricFamily(
+            "specgw_cudagraph_replays", "Raw torch CUDAGraph.replay() calls per scope.",
+            labels=["model", "rank", "role", "phase"],
+        )
+        captures = CounterMetricFamily(
+            "specgw_cudagraph_captures", "CUDA graphs captured (start-up).",
+            labels=["model", "rank", "role"],
+        )
+        unattributed = CounterMetricFamily(
+            "specgw_unattributed_cudagraph_replays",
+            "Replays outside any probed forward: an unprobed code path.",
+            labels=["model", "rank"],
+        )
+        hit = GaugeMetricFamily(
+            "specgw_cudagraph_hit_ratio",
+            "Share of forwards that replayed a graph (NaN when coverage is unknown).",
+            labels=["model", "role", "phase"],
+        )
+        coverage = GaugeMetricFamily(
+            "specgw_probe_coverage",
+            "1 if every forward path of this role is probed, 0 if some path is not "
+            "(then hit ratios are unknown, never assumed 100%).",
+            labels=["model", "role"],
+        )
+        totals: dict[tuple[str, str], list[float]] = {}
+        for snap in snaps:
+            rank = str(snap.get("rank", 0))
+            per_phase: dict[tuple[str, str], list[float]] = {}  # [all, silent]
+            for role, phase, dispatched, executed, n in snap.get("forwards", []):
+                labels = [model, rank, role, phase, dispatched]
+                acc = per_phase.setdefault((role, phase), [0.0, 0.0])
+                acc[0] += n
+                if executed == "graph":
+                    replayed.add_metric(labels, n)
+                else:
+                    eager.add_metric(labels, n)
+                    if dispatched != "none":
+                        acc[1] += n
+                tot = totals.setdefault((role, phase), [0.0, 0.0])
+                tot[1] += n
+                if executed == "graph":
+                    tot[0] += n
+            # Emitted with zeros too, so "no fallback" reads 0 rather than "no data".
+            for (role, phase), (n_all, n_silent) in sorted(per_phase.items()):
+                forwards.add_metric([model, rank, role, phase], n_all)
+                silent.add_metric([model, rank, role, phase], n_silent)
+            for role, phase, n in snap.get("replays", []):
+                replays.add_metric([model, rank, role, phase], n)
+            for role, n in snap.get("captures", {}).items():
+                captures.add_metric([model, rank, role], n)
+            unattributed.add_metric([model, rank], snap.get("unattributed_replays", 0))
+        cov = coverage_by_role(snaps)
+        for role, ok in cov.items():
+            coverage.add_metric([model, role], 1.0 if ok else 0.0)
+        for (role, phase), (graph, total) in sorted(totals.items()):
+            ok = cov.get(role, False)
+            hit.add_metric([model, role, phase], graph / total if ok and total else math.nan)
+        yield from (forwards, replayed, eager, silent, replays, captures, unattributed, hit,
+                    coverage)
+
+
+def coverage_by_role(snaps: list[dict]) -> dict[str, bool]:
+    """A role is covered when its probes for the running runner are installed, every
+    ``propose()`` produced at least one counted forward, and no replay escaped a scope."""
+    if not snaps:
+        return {}
+    out = {"target": True, "draft": True}
+    for snap in snaps:
+        runner = snap.get("runner", "v1")
+        inst = snap.get("installed", {})
+        target_keys = [k for k in inst if k.startswith(f"{runner}.target") or
+                       (runner == "v2" and k == "v2.run_fullgraph")]
+        draft_keys = [k for k in inst if k.startswith(f"{runner}.draft")]
+        if not target_keys or not all(inst[k] for k in target_keys):
+            out["target"] = False
+        if not draft_keys or not all(inst[k] for k in draft_keys):
+            out["draft"] = False
+        if not snap.get("draft_propose_probed", True):
+            out["draft"] = False
+        if snap.get("proposes_without_forward", 0) > 0:
+            out["draft"] = False
+        if snap.get("unattributed_replays", 0) > 0:
+            out["target"] = out["draft"] = False
+    return out
+
+
+PROBES = ProbeCollector()
+REGISTRY.register(PROBES)

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The test command (README and .ci/run): set up, make sure Prometheus is there for the
+# monitoring tests, run pytest against real servers on 127.0.0.1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+command -v prometheus >/dev/null 2>&1 || bash scripts/install_prometheus.sh
+exec .venv/bin/python -m pytest -q -ra "$@"

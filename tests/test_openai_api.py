@@ -1,0 +1,116 @@
+"""The official OpenAI SDK (and curl) against the gateway serving the bundled model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from conftest import MODEL
+
+PROMPT = [{"role": "user", "content": "def fibonacci(n):"}]
+
+
+def test_models(client):
+    models = client.models.list()
+    assert [m.id for m in models.data] == [MODEL]
+    assert models.data[0].object == "model"
+
+
+def test_chat_non_stream(client):
+    r = client.chat.completions.create(model=MODEL, messages=PROMPT, max_tokens=24,
+                                       temperature=0)
+    assert r.object == "chat.completion"
+    assert r.choices[0].message.role == "assistant"
+    assert r.choices[0].message.content
+    assert r.choices[0].finish_reason in ("length", "stop")
+    assert r.usage.completion_tokens <= 24 and r.usage.prompt_tokens > 0
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+
+
+def test_chat_greedy_is_deterministic_and_stream_matches(client):
+    kw = dict(model=MODEL, messages=PROMPT, max_tokens=32, temperature=0)
+    a = client.chat.completions.create(**kw).choices[0].message.content
+    b = client.chat.completions.create(**kw).choices[0].message.content
+    assert a == b
+    chunks = list(client.chat.completions.create(
+        **kw, stream=True, stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == a
+    assert chunks[0].choices[0].delta.role == "assistant"
+    last = chunks[-1]
+    assert last.choices == [] and last.usage is not None
+    assert last.usage.completion_tokens > 0
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert finishes[-1] in ("length", "stop") and all(f is None for f in finishes[:-1])
+
+
+def test_chat_max_completion_tokens_and_n(client):
+    r = client.chat.completions.create(model=MODEL, messages=PROMPT, n=2,
+                                       max_completion_tokens=8, temperature=1.0, seed=7)
+    assert sorted(c.index for c in r.choices) == [0, 1]
+    assert all(c.finish_reason == "length" for c in r.choices)
+    assert r.usage.completion_tokens == 16
+
+
+def test_seed_is_accepted(client):
+    # vLLM passes the seed to a per-request generator; with speculative decoding it does
+    # not promise bit-identical samples across runs, so only acceptance is checked here.
+    r = client.chat.completions.create(model=MODEL, messages=PROMPT, max_tokens=8,
+                                       temperature=1.0, seed=1234)
+    assert r.usage.completion_tokens == 8 or r.choices[0].finish_reason == "stop"
+
+
+def test_stop_sequence(client):
+    base = client.completions.create(model=MODEL, prompt="import os\nimport", max_tokens=24,
+                                     temperature=0).choices[0].text
+    stop = base[3:6] if len(base) > 6 else None
+    if stop and stop.strip():
+        r = client.completions.create(model=MODEL, prompt="import os\nimport", max_tokens=24,
+                                      temperature=0, stop=[stop])
+        assert stop not in r.choices[0].text
+        assert r.choices[0].finish_reason == "stop"
+
+
+def test_chat_logprobs(client):
+    r = client.chat.completions.create(model=MODEL, messages=PROMPT, max_tokens=4,
+                                       temperature=0, logprobs=True, top_logprobs=3)
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens
+    for tok in content:
+        assert tok.logprob <= 0 and len(tok.top_logprobs) == 3
+        # greedy: the sampled token is the most likely one
+        assert tok.logprob >= max(t.logprob for t in tok.top_logprobs) - 1e-4
+
+
+def test_completions(client):
+    r = client.completions.create(model=MODEL, prompt="class Foo:\n    def", max_tokens=12,
+                                  temperature=0, logprobs=2)
+    assert r.object == "text_completion"
+    assert r.choices[0].text
+    assert len(r.choices[0].logprobs.tokens) == r.usage.completion_tokens
+    stream = list(client.completions.create(model=MODEL, prompt="class Foo:\n    def",
+                                            max_tokens=12, temperature=0, stream=True,
+                                            stream_options={"include_usage": True}))
+    assert "".join(c.choices[0].text for c in stream if c.choices) == r.choices[0].text
+    assert stream[-1].usage.completion_tokens == r.usage.completion_tokens
+
+
+def test_completions_batch_and_echo(client):
+    r = client.completions.create(model=MODEL, prompt=["def a(", "def b("], max_tokens=4,
+                                  temperature=0, echo=True)
+    texts = {c.index: c.text for c in r.choices}
+    assert texts[0].startswith("def a(") and texts[1].startswith("def b(")
+
+
+def test_curl_stream(base_url):
+    body = json.dumps({"model": MODEL, "messages": PROMPT, "max_tokens": 8, "stream": True})
+    out = subprocess.run(
+        ["curl", "-sN", "-H", "Content-Type: application/json", "-d", body,
+         f"{base_url}/v1/chat/completions"], capture_output=True, text=True, timeout=120,
+        check=True,
+    ).stdout
+    events = [ln[len("data: "):] for ln in out.splitlines() if ln.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert chunks[-1]["choices"][0]["finish_reason"] in ("length", "stop")
