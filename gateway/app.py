@@ -56,7 +56,11 @@ def create_app(engine: SpecEngine, config: GatewayConfig | None = None) -> FastA
             except Exception as exc:
                 # Fail fast: a gateway without its engine only hides the problem.
                 log.error("engine failed to start: %s", exc)
-                os.kill(os.getpid(), signal.SIGTERM)
+                stop = getattr(app.state, "stop_server", None)
+                if stop is not None:
+                    stop()
+                else:
+                    os.kill(os.getpid(), signal.SIGTERM)
 
         task = asyncio.create_task(start())
         app.state.engine_task = task

@@ -96,8 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     app = create_app(engine, GatewayConfig(args.max_concurrency, args.max_queue, args.api_key))
     log.info("serving %s on http://%s:%d (ready at /ready once the engine is up)",
              settings.model_name, args.host, args.port)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower(),
-                access_log=False)
+    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port,
+                                           log_level=args.log_level.lower(), access_log=False))
+    app.state.stop_server = lambda: setattr(server, "should_exit", True)
+    server.run()
     return 1 if engine.start_error else 0
 
 
