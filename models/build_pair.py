@@ -408,6 +408,8 @@ def save_head(head: Eagle3Head, cfg: BuildConfig, d2t_ids: torch.Tensor, out: Pa
         "bos_token_id": SPECIAL_TOKENS.index("<|bos|>"),
         "eos_token_id": SPECIAL_TOKENS.index("<|eos|>"),
         "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(cfg.aux_layers)},
+        # vLLM 0.26's Model Runner V2 reads only the top-level key; V1 reads both.
+        "eagle_aux_hidden_state_layer_ids": list(cfg.aux_layers),
     }
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
 
