@@ -42,16 +42,15 @@ def main() -> None:
             eager = tps.get(("v1-eager-draft", b))
             silent = sum(p["silent_eager"] for k, p in r["probes"].items()
                          if k.startswith("draft/"))
+            vs_base = f"{r['output_tokens_per_s'] / base:.2f}x" if base else "-"
+            vs_eager = (f"{r['output_tokens_per_s'] / eager:.2f}x"
+                        if eager and name != "no-spec" else "-")
             lines.append(
-                f"| {name} | {b} | {r['output_tokens_per_s']:.0f} | "
-                f"{r['output_tokens_per_s'] / base:.2f}x | " if base else
-                f"| {name} | {b} | {r['output_tokens_per_s']:.0f} | - | ")
-            lines[-1] += (f"{r['output_tokens_per_s'] / eager:.2f}x | " if eager and
-                          name.startswith("v") else "- | ")
-            lines[-1] += (f"{r['tpot_ms_p50']} | {r['ttft_ms_p50']} | "
+                f"| {name} | {b} | {r['output_tokens_per_s']:.0f} | {vs_base} | {vs_eager} | "
+                + (f"{r['tpot_ms_p50']} | {r['ttft_ms_p50']} | "
                           f"{r['acceptance_length'] or '-'} | {hit(r, 'draft/first_pass')} | "
                           f"{hit(r, 'draft/draft_step')} | {hit(r, 'target/forward')} | "
-                          f"{silent if name != 'no-spec' else '-'} |")
+                          f"{silent if name != 'no-spec' else '-'} |"))
     lines += ["", "Start-up self-check per configuration (runner, resolved cudagraph mode, "
               "drafter compiled, captured graphs by role, warnings):", ""]
     for name, run in runs.items():
