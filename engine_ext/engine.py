@@ -156,10 +156,13 @@ class SpecEngine:
         return snaps
 
     def _update_tps(self) -> None:
+        from prometheus_client import REGISTRY
+
         from monitoring import metrics as m
 
         now = time.monotonic()
-        total = m.GENERATION_TOKENS.labels(self.model_name)._value.get()
+        total = REGISTRY.get_sample_value("specgw_generation_tokens_total",
+                                          {"model": self.model_name}) or 0.0
         if self._last_tokens is not None:
             t_prev, n_prev = self._last_tokens
             if now - t_prev >= 1.0:

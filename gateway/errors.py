@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger("gateway.errors")
+ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
 
 
 class OpenAIError(Exception):
@@ -54,7 +55,11 @@ def install_error_handlers(app: FastAPI) -> None:
         return exc.response()
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        from monitoring import metrics as m
+
+        # Rejected before routing, so the model is not trusted as a label value.
+        m.REQUESTS.labels("unknown", ENDPOINTS.get(request.url.path, "other"), "400").inc()
         errs = exc.errors()
         first = errs[0] if errs else {}
         if first.get("type") == "missing" and tuple(first.get("loc", ())) == ("body",):

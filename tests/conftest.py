@@ -28,6 +28,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_until_ok(url: str, timeout: float, proc: subprocess.Popen | None = None,
+                  what: str = "server") -> None:
+    """Poll ``url`` until it answers 200; fail early if ``proc`` exits."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{what} exited rc={proc.returncode}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"{what} not ready after {timeout}s")
+
+
 class Server:
     def __init__(self, name: str, args: list[str], env: dict[str, str] | None = None):
         self.port = free_port()
@@ -43,17 +59,10 @@ class Server:
         )
 
     def wait_ready(self, timeout: float = START_TIMEOUT_S) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited rc={self.proc.returncode}:\n{self.tail()}")
-            try:
-                if httpx.get(f"{self.url}/ready", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(1)
-        raise TimeoutError(f"server not ready after {timeout}s:\n{self.tail()}")
+        try:
+            wait_until_ok(f"{self.url}/ready", timeout, self.proc, "gateway")
+        except (RuntimeError, TimeoutError) as exc:
+            raise type(exc)(f"{exc}:\n{self.tail()}") from None
 
     def tail(self, n: int = 60) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 import yaml
-from conftest import LOG_DIR, MODEL, ROOT, free_port
+from conftest import LOG_DIR, MODEL, ROOT, free_port, wait_until_ok
 
 from monitoring.dashboard import DASHBOARD_PATH, PANELS, all_queries, build
 from monitoring.preview import render, substitute
@@ -39,16 +39,7 @@ def prometheus(base_url: str, tmp_path_factory) -> Iterator[str]:
          f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/-/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        else:
-            raise TimeoutError("prometheus did not become ready")
+        wait_until_ok(f"{url}/-/ready", 60, proc, "prometheus")
         yield url
     finally:
         proc.terminate()
