@@ -18,4 +18,4 @@ export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0
 export SPECGW_BUNDLED_DIR=$PWD/models/tiny-code-llama
 python3 -c "import vllm, torch, engine_ext.plugin; print('vllm', vllm.__version__, torch.cuda.get_device_name())" || exit 4
 python3 -c "from importlib.metadata import entry_points; print([e.value for e in entry_points(group='vllm.general_plugins')])"
-python3 benchmarks/gpu_probes.py --out "$OUT" "$@"
+python3 "benchmarks/${BENCH:-gpu_probes.py}" --out "$OUT" "$@"
