@@ -183,12 +183,15 @@ def main() -> None:
                     "direct:v2-default:3")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--timeout", type=int, default=200)
+    ap.add_argument("--logs", type=Path, help="where job logs go (default: --out)")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
+    logs = a.logs or a.out
+    logs.mkdir(parents=True, exist_ok=True)
     if a.job:
         mode, config, k = a.job.split(":")
         runner = run_direct(config, int(k), a.max_tokens) if mode == "direct" else \
-            run_gateway(config, int(k), a.max_tokens, a.out)
+            run_gateway(config, int(k), a.max_tokens, a.logs or a.out)
         res = {"mode": mode, "config": config, "k": int(k), **asyncio.run(runner)}
         (a.out / f"bench_{mode}_{config}_k{k}.json").write_text(json.dumps(res, indent=2))
         print("RESULT", json.dumps({
@@ -200,7 +203,7 @@ def main() -> None:
         return
     for job in a.jobs.split(","):
         t = time.time()
-        log = a.out / f"bench_{job.replace(':', '_')}.log"
+        log = logs / f"bench_{job.replace(':', '_')}.log"
         with log.open("w") as f:
             try:
                 rc = subprocess.run([sys.executable, __file__, "--job", job, "--out",

@@ -48,17 +48,19 @@ def prometheus(base_url: str, tmp_path_factory) -> Iterator[str]:
 
 
 def burst(base_url: str) -> None:
-    """A bounded mix: streamed and plain requests, and a few that fail on purpose."""
+    """A bounded mix: streamed and plain requests, and a few that fail on purpose.
+    Greedy, so acceptance in the window is deterministic (sampling could accept nothing)."""
     from openai import BadRequestError, NotFoundError, OpenAI
 
     c = OpenAI(base_url=f"{base_url}/v1", api_key="x", max_retries=0, timeout=120)
     for i in range(6):
         msgs = [{"role": "user", "content": f"def f{i}(x):"}]
         if i % 2:
-            list(c.chat.completions.create(model=MODEL, messages=msgs, max_tokens=24,
-                                           stream=True))
+            list(c.chat.completions.create(model=MODEL, messages=msgs, max_tokens=32,
+                                           temperature=0, stream=True))
         else:
-            c.completions.create(model=MODEL, prompt=f"import os{i}", max_tokens=24)
+            c.completions.create(model=MODEL, prompt=f"import os{i}", max_tokens=32,
+                                 temperature=0)
     for bad in ({"max_tokens": -1}, {"temperature": 9}):
         with pytest.raises(BadRequestError):
             c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}],
