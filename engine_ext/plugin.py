@@ -27,4 +27,5 @@ def register() -> None:
     missing = [k for k, ok in ledger.installed.items() if not ok]
     log.info("specgw probes installed: %d ok, %d missing %s",
              sum(ledger.installed.values()), len(missing), missing or "")
-    register_compiled_drafters()
+    if os.environ.get("SPECGW_COMPILED_DRAFTERS", "1") != "0":
+        register_compiled_drafters()

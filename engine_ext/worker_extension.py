@@ -25,6 +25,12 @@ class ProbeWorkerExtension:
             getattr(propose, "__specgw_probe__", False))
         return snap
 
+    def specgw_recorded_drafts(self) -> list:
+        """Draft token ids proposed so far (only with SPECGW_RECORD_DRAFTS=1)."""
+        from engine_ext.probes.ledger import LEDGER
+
+        return list(LEDGER.recorded_drafts)
+
     def specgw_graph_plan(self) -> dict[str, Any]:
         from engine_ext.worker_inspect import graph_plan
 

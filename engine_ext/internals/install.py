@@ -84,7 +84,10 @@ def _propose_probe(ledger: Ledger):
                 with ledger.suppressed(), ledger.propose():
                     return orig(*args, **kwargs)
             with ledger.propose():
-                return orig(*args, **kwargs)
+                drafts = orig(*args, **kwargs)
+            if ledger.record_drafts:
+                ledger.recorded_drafts.append(drafts.tolist())  # syncs: test/debug only
+            return drafts
 
         return probed
 

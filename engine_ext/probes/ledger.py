@@ -65,6 +65,10 @@ class Ledger:
     unattributed_replays: int = 0
     proposes: int = 0
     proposes_without_forward: int = 0
+    # Debug/test only (SPECGW_RECORD_DRAFTS=1): the proposed draft token ids. Reading
+    # them synchronises with the device, so it is off in serving.
+    record_drafts: bool = False
+    recorded_drafts: list = field(default_factory=list)
     installed: dict[str, bool] = field(default_factory=dict)
     install_errors: dict[str, str] = field(default_factory=dict)
     _local: threading.local = field(default_factory=threading.local, repr=False)
@@ -191,4 +195,4 @@ class Ledger:
             }
 
 
-LEDGER = Ledger()
+LEDGER = Ledger(record_drafts=__import__("os").environ.get("SPECGW_RECORD_DRAFTS") == "1")
