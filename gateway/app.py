@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import time
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -17,11 +18,15 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from engine_ext.engine import SpecEngine
+from gateway.auth import KeyStore
 from gateway.errors import OpenAIError, install_error_handlers
 from gateway.limits import ConcurrencyLimiter
 from gateway.local_backend import Delta, LocalBackend, Prepared
 from gateway.openai_format import ChatFormatter, CompletionFormatter, usage
 from gateway.protocol import ChatCompletionRequest, CompletionRequest
+from gateway.proxy import proxy
+from gateway.remote_backend import RemoteBackend
+from gateway.request_id import REQUEST_ID
 from gateway.routing import Router
 from monitoring import metrics as m
 
@@ -33,6 +38,7 @@ class GatewayConfig:
     max_concurrency: int = 64
     max_queue: int = 256
     api_key: str | None = None  # when set, "Authorization: Bearer <key>" is required
+    keys: KeyStore | None = None  # API keys with per-key rate limits (overrides api_key)
 
 
 def sse(obj: dict | str) -> bytes:
@@ -40,14 +46,25 @@ def sse(obj: dict | str) -> bytes:
     return f"data: {data}\n\n".encode()
 
 
-def create_app(engine: SpecEngine, config: GatewayConfig | None = None) -> FastAPI:
+def create_app(engine: SpecEngine | None, config: GatewayConfig | None = None,
+               remotes: list[RemoteBackend] | None = None) -> FastAPI:
+    """``engine``: the in-process engine, or None for a pure router over ``remotes``."""
     config = config or GatewayConfig()
-    backend = LocalBackend(engine)
-    router = Router([backend])
+    remotes = list(remotes or [])
+    router = Router([*([LocalBackend(engine)] if engine else []), *remotes])
     limiter = ConcurrencyLimiter(config.max_concurrency, config.max_queue)
+    keys = config.keys or KeyStore.load(None, config.api_key)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
+        for r in remotes:
+            r.start()
+        if engine is None:
+            yield
+            for r in remotes:
+                await r.close()
+            return
+
         # Start the engine in the background: /health answers at once, /ready only
         # once the engine is up and its self-check has run.
         async def start():
@@ -67,28 +84,49 @@ def create_app(engine: SpecEngine, config: GatewayConfig | None = None) -> FastA
         yield
         task.cancel()
         await engine.shutdown()
+        for r in remotes:
+            await r.close()
 
     app = FastAPI(title="specgw", version="0.1.0", lifespan=lifespan)
     app.state.engine = engine
     install_error_handlers(app)
 
     @app.middleware("http")
-    async def auth(request: Request, call_next):
-        if (config.api_key and request.url.path.startswith("/v1/")
-                and request.headers.get("authorization", "") != f"Bearer {config.api_key}"):
-            return OpenAIError("Incorrect API key provided.", 401, "invalid_request_error",
-                               None, "invalid_api_key").response()
-        return await call_next(request)
+    async def request_id_and_auth(request: Request, call_next):
+        rid = request.headers.get("x-request-id") or uuid.uuid4().hex
+        token = REQUEST_ID.set(rid)
+        try:
+            if keys is not None and request.url.path.startswith("/v1/"):
+                try:
+                    keys.check(request.headers.get("authorization", ""))
+                except OpenAIError as exc:
+                    resp = exc.response()
+                    resp.headers["x-request-id"] = rid
+                    return resp
+            resp = await call_next(request)
+            resp.headers["x-request-id"] = rid
+            return resp
+        finally:
+            REQUEST_ID.reset(token)
+
+    def require_engine() -> SpecEngine:
+        if engine is None:
+            raise OpenAIError("this gateway has no in-process engine", 404, "not_found_error")
+        return engine
 
     # ----------------------------------------------------------------- probes
     @app.get("/health")
     async def health() -> Response:
-        if engine.start_error or engine.errored:
+        if engine is not None and (engine.start_error or engine.errored):
             return JSONResponse({"status": "error", "error": engine.start_error}, 503)
         return JSONResponse({"status": "ok"})
 
     @app.get("/ready")
     async def ready() -> Response:
+        if engine is None:
+            up = [r.name for r in remotes if r.healthy]
+            return JSONResponse({"status": "ready" if up else "no healthy backend",
+                                 "backends": up}, 200 if up else 503)
         if engine.ready:
             return JSONResponse({"status": "ready", "model": engine.model_name})
         return JSONResponse({"status": "starting" if not engine.start_error else "error",
@@ -96,7 +134,7 @@ def create_app(engine: SpecEngine, config: GatewayConfig | None = None) -> FastA
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        if engine.ready:
+        if engine is not None and engine.ready:
             try:  # fresh worker counters at scrape time, bounded so a scrape never hangs
                 await asyncio.wait_for(engine.refresh_probes(), 5)
             except Exception as exc:
@@ -106,19 +144,19 @@ def create_app(engine: SpecEngine, config: GatewayConfig | None = None) -> FastA
     @app.get("/v1/engine/probes")
     async def probes() -> Response:
         """Raw per-rank probe ledgers (what /metrics mirrors), for debugging and tests."""
+        engine = require_engine()
         if not engine.ready:
             raise OpenAIError("engine is not ready", 503, "service_unavailable")
         return JSONResponse(await engine.refresh_probes())
 
     @app.get("/v1/engine/self_check")
     async def self_check() -> Response:
-        return JSONResponse(engine.self_check or {"status": "starting"})
+        return JSONResponse(require_engine().self_check or {"status": "starting"})
 
     @app.get("/v1/models")
     async def models() -> dict:
         return {"object": "list", "data": [
-            {"id": name, "object": "model", "created": 0, "owned_by": "specgw",
-             "max_model_len": engine.settings.max_model_len}
+            {"id": name, "object": "model", "created": 0, "owned_by": "specgw"}
             for name in router.models()
         ]}
 
@@ -128,9 +166,15 @@ def create_app(engine: SpecEngine, config: GatewayConfig | None = None) -> FastA
         model = req.model
         status = "200"
         stack = AsyncExitStack()
+        affinity = request.headers.get("x-session-id") or req.user
         try:
-            be = router.pick(model)
+            be = router.pick(model, affinity=affinity)
             await stack.enter_async_context(limiter.slot())
+            if isinstance(be, RemoteBackend):
+                headers = {"x-request-id": REQUEST_ID.get()}
+                return await proxy(be, router, request.url.path, endpoint, model,
+                                   await request.json(), req.stream, headers, affinity,
+                                   stack, t0)
             prep: Prepared = await prep_fn(be, req)
         except OpenAIError as exc:
             await stack.aclose()

@@ -43,6 +43,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-queue", type=int, default=int(_env("MAX_QUEUE", "256")),
                    help="requests allowed to wait; beyond that 429")
     s.add_argument("--api-key", default=_env("API_KEY"))
+    s.add_argument("--api-keys-file", default=_env("API_KEYS_FILE"),
+                   help='JSON {"keys": {"<key>": {"rpm": 60}, ...}}: per-key rate limits')
+    s.add_argument("--backend", action="append", default=[],
+                   help="NAME=URL of a remote vLLM/specgw OpenAI server (repeatable); "
+                        "with any, the gateway routes only and starts no engine")
+    s.add_argument("--backends-file", default=_env("BACKENDS_FILE"),
+                   help='JSON {"backends": [{"name", "url", "models"?, "timeout_s"?}]}')
+    s.add_argument("--drain-timeout", type=float, default=float(_env("DRAIN_TIMEOUT", "30")),
+                   help="on SIGTERM: stop accepting, let streams finish for this long")
     s.add_argument("--poll-interval", type=float, default=float(_env("POLL_INTERVAL", "5")),
                    help="seconds between worker probe polls (collective_rpc)")
     s.add_argument("--log-format", choices=["json", "text"], default=_env("LOG_FORMAT", "json"))
@@ -51,15 +60,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def setup_logging(fmt: str, level: str) -> None:
+    from gateway.request_id import RequestIdFilter
+
     handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(RequestIdFilter())
     if fmt == "json":
         from pythonjsonlogger.json import JsonFormatter
 
         handler.setFormatter(JsonFormatter(
-            "%(asctime)s %(levelname)s %(name)s %(message)s", rename_fields={"levelname": "level"}
+            "%(asctime)s %(levelname)s %(name)s %(request_id)s %(message)s",
+            rename_fields={"levelname": "level"},
         ))
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(logging.Formatter(
+            "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"))
     for name in ("gateway", "engine_ext"):
         lg = logging.getLogger(name)
         lg.handlers[:] = [handler]
@@ -91,16 +105,46 @@ def main(argv: list[str] | None = None) -> int:
 
     from engine_ext.engine import SpecEngine
     from gateway.app import GatewayConfig, create_app
+    from gateway.auth import KeyStore
 
-    engine = SpecEngine(settings, poll_interval_s=args.poll_interval)
-    app = create_app(engine, GatewayConfig(args.max_concurrency, args.max_queue, args.api_key))
-    log.info("serving %s on http://%s:%d (ready at /ready once the engine is up)",
-             settings.model_name, args.host, args.port)
-    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port,
-                                           log_level=args.log_level.lower(), access_log=False))
+    try:
+        remotes = load_backends(args.backend, args.backends_file)
+        keys = KeyStore.load(args.api_keys_file, args.api_key)
+    except (ValueError, OSError) as exc:
+        print(f"specgw: error: {exc}", file=sys.stderr)
+        return 2
+    engine = None if remotes else SpecEngine(settings, poll_interval_s=args.poll_interval)
+    config = GatewayConfig(args.max_concurrency, args.max_queue, args.api_key, keys)
+    app = create_app(engine, config, remotes)
+    what = f"router over {[r.name for r in remotes]}" if remotes else settings.model_name
+    log.info("serving %s on http://%s:%d (ready at /ready)", what, args.host, args.port)
+    server = uvicorn.Server(uvicorn.Config(
+        app, host=args.host, port=args.port, log_level=args.log_level.lower(),
+        access_log=False, timeout_graceful_shutdown=args.drain_timeout))
     app.state.stop_server = lambda: setattr(server, "should_exit", True)
     server.run()
-    return 1 if engine.start_error else 0
+    return 1 if engine is not None and engine.start_error else 0
+
+
+def load_backends(flags: list[str], path: str | None):
+    import json
+    from pathlib import Path
+
+    from gateway.remote_backend import BackendSpec, RemoteBackend
+
+    specs = []
+    for flag in flags:
+        name, sep, url = flag.partition("=")
+        if not sep or not url.startswith(("http://", "https://")):
+            raise ValueError(f"--backend wants NAME=http://host:port, got {flag!r}")
+        specs.append(BackendSpec(name, url))
+    if path:
+        for b in json.loads(Path(path).read_text()).get("backends", []):
+            specs.append(BackendSpec(**b))
+    names = [s.name for s in specs]
+    if len(names) != len(set(names)):
+        raise ValueError(f"backend names must be unique: {names}")
+    return [RemoteBackend(s) for s in specs]
 
 
 if __name__ == "__main__":

@@ -21,18 +21,21 @@ class OpenAIError(Exception):
         type: str = "invalid_request_error",
         param: str | None = None,
         code: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.message, self.status, self.type, self.param, self.code = (
             message, status, type, param, code,
         )
+        self.headers = headers
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param,
                           "code": self.code}}
 
     def response(self, headers: dict[str, str] | None = None) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status, headers=headers)
+        return JSONResponse(self.body(), status_code=self.status,
+                            headers=headers or self.headers)
 
 
 def invalid(message: str, param: str | None = None, code: str | None = None) -> OpenAIError:

@@ -22,7 +22,7 @@ class ConcurrencyLimiter:
             raise OpenAIError(
                 f"Server is at capacity ({self.max_concurrency} in flight, "
                 f"{self.waiting} queued). Retry later.",
-                429, "rate_limit_error", None, "server_overloaded",
+                429, "rate_limit_error", None, "server_overloaded", headers={"Retry-After": "1"},
             )
         self.waiting += 1
         try:

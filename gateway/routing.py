@@ -32,11 +32,19 @@ class Router:
                 seen.setdefault(m, None)
         return list(seen)
 
-    def pick(self, model: str) -> Backend:
+    def pick(self, model: str, exclude: frozenset[str] = frozenset(),
+             affinity: str | None = None) -> Backend:
         serving = [b for b in self.backends if model in b.models]
         if not serving:
             raise model_not_found(model)
-        healthy = [b for b in serving if b.healthy]
+        healthy = [b for b in serving if b.healthy and b.name not in exclude]
+        if affinity and healthy:
+            # Session affinity: a stable choice among the healthy backends (rendezvous
+            # hashing), so losing one backend moves only its own sessions.
+            import hashlib
+
+            return max(healthy, key=lambda b: hashlib.blake2b(
+                f"{affinity}|{b.name}".encode(), digest_size=8).digest())
         if not healthy:
             raise OpenAIError(f"No healthy backend for model `{model}` right now.", 503,
                               "service_unavailable", "model", "backend_unavailable")

@@ -43,6 +43,27 @@ ABORTS = Counter(
     ["model"],
 )
 
+RATE_LIMITED = Counter(
+    "specgw_rate_limited_requests", "Requests refused with 429 by a per-key rate limit.",
+    ["reason"],
+)
+
+# ------------------------------------------------------------ remote backends (router)
+BACKEND_REQUESTS = Counter(
+    "specgw_backend_requests", "Requests proxied to a backend, by outcome.",
+    ["backend", "status"],
+)
+BACKEND_LATENCY = Histogram(
+    "specgw_backend_request_duration_seconds", "Time a proxied request spent on a backend.",
+    ["backend"], buckets=LATENCY_BUCKETS,
+)
+BACKEND_IN_FLIGHT = Gauge("specgw_backend_requests_in_flight",
+                          "Requests outstanding on a backend.", ["backend"])
+BACKEND_UP = Gauge("specgw_backend_up",
+                   "1 if the backend passes health checks and is not ejected.", ["backend"])
+FAILOVERS = Counter("specgw_backend_failovers",
+                    "Requests retried on another backend before their first byte.", ["model"])
+
 # ------------------------------------------------------- engine-side (stat logger) metrics
 GENERATION_TOKENS = Counter(
     "specgw_generation_tokens", "Output tokens produced by the engine.", ["model"]

@@ -1,0 +1,152 @@
+"""A remote vLLM (or specgw) OpenAI server as a backend: streaming proxy with health.
+
+Bodies are forwarded as received (after our validation) and responses are passed
+through chunk by chunk, never buffered whole. Failures before the first byte raise
+:class:`BackendUnavailable` so the caller can fail over; after the first byte the
+stream ends with an OpenAI error event, never a silent truncation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import httpx
+
+from monitoring import metrics as m
+
+log = logging.getLogger("gateway.remote")
+
+
+class BackendUnavailable(Exception):
+    """Nothing was sent to the client yet: safe to retry on another backend."""
+
+
+@dataclass
+class BackendSpec:
+    name: str
+    url: str
+    models: list[str] = field(default_factory=list)  # empty: discovered from /v1/models
+    timeout_s: float = 600.0
+    connect_timeout_s: float = 3.0
+
+
+class RemoteBackend:
+    def __init__(self, spec: BackendSpec, eject_after: int = 3, eject_for_s: float = 10.0,
+                 health_interval_s: float = 2.0):
+        self.spec = spec
+        self.name = spec.name
+        self.outstanding = 0
+        self._models = list(spec.models)
+        self._up = False  # active health check verdict
+        self._check_fails = 0  # consecutive failed health checks
+        self._fails = 0
+        self._ejected_until = 0.0
+        self.eject_after, self.eject_for_s = eject_after, eject_for_s
+        self.health_interval_s = health_interval_s
+        self.client = httpx.AsyncClient(
+            base_url=spec.url.rstrip("/"),
+            timeout=httpx.Timeout(spec.timeout_s, connect=spec.connect_timeout_s),
+            limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256),
+        )
+        self._task: asyncio.Task | None = None
+
+    @property
+    def models(self) -> list[str]:
+        return self._models
+
+    @property
+    def healthy(self) -> bool:
+        return self._up and time.monotonic() >= self._ejected_until
+
+    # ----------------------------------------------------------- health
+    async def check(self, down_after: int = 3) -> bool:
+        try:
+            r = await self.client.get("/health", timeout=5.0)
+            ok = r.status_code == 200
+            if ok and not self._models:
+                data = (await self.client.get("/v1/models", timeout=5.0)).json()
+                self._models = [d["id"] for d in data.get("data", [])]
+        except (httpx.HTTPError, ValueError):
+            ok = False
+        # A saturated backend answers /health late: only consecutive misses mark it down
+        # (refused connections are caught sooner by the passive ejection in open()).
+        self._check_fails = 0 if ok else self._check_fails + 1
+        up = ok or (self._up and self._check_fails < down_after)
+        if up != self._up:
+            log.info("backend %s is %s", self.name, "up" if up else "DOWN")
+        self._up = up
+        m.BACKEND_UP.labels(self.name).set(1.0 if self.healthy else 0.0)
+        return up
+
+    async def _health_loop(self) -> None:
+        while True:
+            await self.check()
+            await asyncio.sleep(self.health_interval_s)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._health_loop(), name=f"health-{self.name}")
+
+    async def close(self) -> None:
+        if self._task:
+            self._task.cancel()
+        await self.client.aclose()
+
+    def _failed(self, why: str) -> None:
+        self._fails += 1
+        if self._fails >= self.eject_after:
+            self._ejected_until = time.monotonic() + self.eject_for_s
+            log.warning("backend %s ejected for %.0fs after %d failures (%s)", self.name,
+                        self.eject_for_s, self._fails, why)
+            self._fails = 0
+        m.BACKEND_UP.labels(self.name).set(1.0 if self.healthy else 0.0)
+
+    def _ok(self) -> None:
+        self._fails = 0
+
+    # ------------------------------------------------------------ proxy
+    async def open(self, path: str, body: dict, headers: dict[str, str]
+                   ) -> tuple[httpx.Response, AsyncIterator[bytes]]:
+        """Send the request; return once the backend answered with its status line.
+        Raises BackendUnavailable for connection errors and 5xx before any byte."""
+        t0 = time.perf_counter()
+        self.outstanding += 1
+        m.BACKEND_IN_FLIGHT.labels(self.name).inc()
+        try:
+            req = self.client.build_request("POST", path, json=body, headers=headers)
+            resp = await self.client.send(req, stream=True)
+        except httpx.HTTPError as exc:
+            self._done(t0, "connect_error")
+            self._failed(type(exc).__name__)
+            raise BackendUnavailable(f"{self.name}: {type(exc).__name__}") from exc
+        if resp.status_code >= 500:
+            await resp.aclose()
+            self._done(t0, str(resp.status_code))
+            self._failed(f"HTTP {resp.status_code}")
+            raise BackendUnavailable(f"{self.name}: HTTP {resp.status_code}")
+        return resp, self._relay(resp, t0)
+
+    async def _relay(self, resp: httpx.Response, t0: float) -> AsyncIterator[bytes]:
+        status = str(resp.status_code)
+        try:
+            async for chunk in resp.aiter_raw():
+                yield chunk
+            self._ok()
+        except httpx.HTTPError as exc:
+            status = "stream_error"
+            self._failed(type(exc).__name__)
+            raise
+        finally:
+            with contextlib.suppress(Exception):
+                await resp.aclose()
+            self._done(t0, status)
+
+    def _done(self, t0: float, status: str) -> None:
+        self.outstanding -= 1
+        m.BACKEND_IN_FLIGHT.labels(self.name).dec()
+        m.BACKEND_REQUESTS.labels(self.name, status).inc()
+        m.BACKEND_LATENCY.labels(self.name).observe(time.perf_counter() - t0)
