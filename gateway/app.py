@@ -134,6 +134,10 @@ def create_app(engine: SpecEngine | None, config: GatewayConfig | None = None,
 
     @app.get("/metrics")
     async def metrics() -> Response:
+        if remotes:
+            from gateway.remote_metrics import REMOTE_ENGINES
+
+            await REMOTE_ENGINES.refresh(remotes)
         if engine is not None and engine.ready:
             try:  # fresh worker counters at scrape time, bounded so a scrape never hangs
                 await asyncio.wait_for(engine.refresh_probes(), 5)

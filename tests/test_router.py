@@ -123,3 +123,63 @@ def test_kill_backend_mid_load_loses_nothing(cluster):
     s = scrape(router.url)
     assert metric_sum(s, "specgw_backend_up", backend="b") == 0
     assert metric_sum(s, "specgw_backend_requests_total", backend="a") >= 8
+
+
+def test_router_metrics_carry_backend_engine_probes(cluster):
+    s = scrape(cluster["router"].url)
+    assert metric_sum(s, "specgw_backend_model_forwards_total", backend="a", role="draft") > 0
+    assert metric_sum(s, "specgw_backend_probe_coverage", backend="a", role="draft") == 1
+    assert metric_sum(s, "specgw_backend_spec_decode_accepted_tokens_per_draft_count",
+                      backend="a") > 0
+
+
+def test_sigterm_drains_streams_then_exits(cluster):
+    """A second router on the surviving backend: SIGTERM while a stream is running stops
+    new connections, lets the stream finish with [DONE], then the process exits."""
+    r2 = Server("router-drain", ["--log-format", "text", "--drain-timeout", "60",
+                                 "--backend", f"a={cluster['a'].url}"])
+    try:
+        r2.wait_ready(60)
+
+        async def run() -> dict:
+            async with httpx.AsyncClient(base_url=r2.url, timeout=120) as c:
+                started = asyncio.Event()
+
+                async def watch() -> dict:
+                    body = {"model": MODEL, "prompt": "class Config:\n", "max_tokens": 300,
+                            "temperature": 0, "ignore_eos": True, "stream": True,
+                            "stream_options": {"include_usage": True}}
+                    got = {"chunks": 0, "done": False, "tokens": None}
+                    async with c.stream("POST", "/v1/completions", json=body) as resp:
+                        async for line in resp.aiter_lines():
+                            if line == "data: [DONE]":
+                                got["done"] = True
+                            elif line.startswith("data: "):
+                                obj = json.loads(line[6:])
+                                got["chunks"] += 1
+                                if obj.get("usage"):
+                                    got["tokens"] = obj["usage"]["completion_tokens"]
+                                if got["chunks"] == 5:
+                                    started.set()
+                    return got
+
+                task = asyncio.create_task(watch())
+                await asyncio.wait_for(started.wait(), 60)
+                os.kill(r2.proc.pid, signal.SIGTERM)
+                await asyncio.sleep(0.5)
+                refused = False
+                try:
+                    async with httpx.AsyncClient(timeout=5) as fresh:
+                        await fresh.get(f"{r2.url}/health")
+                except httpx.HTTPError:
+                    refused = True
+                return {**(await asyncio.wait_for(task, 120)), "refused": refused}
+
+        got = asyncio.run(run())
+        assert got["done"] and got["tokens"] == 300, got
+        assert got["refused"], "new connections must be refused while draining"
+        # uvicorn re-raises the signal once drained: "terminated by SIGTERM" is the clean
+        # exit here, not a crash (a crash would be another code or a timeout).
+        assert r2.proc.wait(60) in (0, -signal.SIGTERM)
+    finally:
+        r2.stop()
