@@ -18,20 +18,21 @@ LONG, SHORT = 1500, 60  # long streams are still running when the backend dies
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[dict[str, Server]]:
-    a = Server("backend-a", ["--log-format", "text", "--max-num-seqs", "8"])
-    b = Server("backend-b", ["--log-format", "text", "--max-num-seqs", "8"])
-    servers = {"a": a, "b": b}
+def cluster(server: Server) -> Iterator[dict[str, Server]]:
+    """Backend a is the session's gateway; b is a second engine pinned to the other core
+    (two engines' OpenMP threads on one core of this 2-core machine starve each other)."""
+    b = Server("backend-b", ["--log-format", "text", "--max-num-seqs", "8"],
+               env={"VLLM_CPU_OMP_THREADS_BIND": "1"})
+    own = {"b": b}
     try:
-        a.wait_ready()
         b.wait_ready()
-        r = Server("router", ["--log-format", "text", "--backend", f"a={a.url}",
+        r = Server("router", ["--log-format", "text", "--backend", f"a={server.url}",
                               "--backend", f"b={b.url}"])
-        servers["router"] = r
+        own["router"] = r
         r.wait_ready(60)
-        yield servers
+        yield {"a": server, **own}
     finally:
-        for s in servers.values():
+        for s in own.values():
             s.stop()
 
 
