@@ -22,11 +22,7 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 from conftest import MODEL, Server  # noqa: E402
-
-
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * (len(xs) - 1) + 0.5))]
+from gpu_probes import pct  # noqa: E402  (same nearest-rank percentile as the GPU runs)
 
 
 async def load(url: str, n: int, concurrency: int, max_tokens: int, deadline_s: float,
