@@ -59,33 +59,32 @@ def create_app(engine: SpecEngine | None, config: GatewayConfig | None = None,
     async def lifespan(_: FastAPI):
         for r in remotes:
             r.start()
-        if engine is None:
+        try:
+            if engine is None:
+                yield
+                return
+            # Start the engine in the background: /health answers at once, /ready only
+            # once the engine is up and its self-check has run.
+            task = asyncio.create_task(start_engine(engine))
+            app.state.engine_task = task
             yield
+            task.cancel()
+            await engine.shutdown()
+        finally:
             for r in remotes:
                 await r.close()
-            return
 
-        # Start the engine in the background: /health answers at once, /ready only
-        # once the engine is up and its self-check has run.
-        async def start():
-            try:
-                await engine.start()
-            except Exception as exc:
-                # Fail fast: a gateway without its engine only hides the problem.
-                log.error("engine failed to start: %s", exc)
-                stop = getattr(app.state, "stop_server", None)
-                if stop is not None:
-                    stop()
-                else:
-                    os.kill(os.getpid(), signal.SIGTERM)
-
-        task = asyncio.create_task(start())
-        app.state.engine_task = task
-        yield
-        task.cancel()
-        await engine.shutdown()
-        for r in remotes:
-            await r.close()
+    async def start_engine(engine: SpecEngine) -> None:
+        try:
+            await engine.start()
+        except Exception as exc:
+            # Fail fast: a gateway without its engine only hides the problem.
+            log.error("engine failed to start: %s", exc)
+            stop = getattr(app.state, "stop_server", None)
+            if stop is not None:
+                stop()
+            else:
+                os.kill(os.getpid(), signal.SIGTERM)
 
     app = FastAPI(title="specgw", version="0.1.0", lifespan=lifespan)
     app.state.engine = engine

@@ -13,6 +13,7 @@ Everything here is CPU-side bookkeeping: no tensor is touched, so no GPU sync is
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -195,4 +196,4 @@ class Ledger:
             }
 
 
-LEDGER = Ledger(record_drafts=__import__("os").environ.get("SPECGW_RECORD_DRAFTS") == "1")
+LEDGER = Ledger(record_drafts=os.environ.get("SPECGW_RECORD_DRAFTS") == "1")
