@@ -208,8 +208,7 @@ def create_app(engine: SpecEngine | None, config: GatewayConfig | None = None,
             status = "500"
             raise
         finally:
-            m.REQUESTS.labels(model, endpoint, status).inc()
-            m.REQUEST_LATENCY.labels(model, endpoint).observe(time.perf_counter() - t0)
+            m.record_request(model, endpoint, status, time.perf_counter() - t0)
             await stack.aclose()
 
     async def watch_disconnect(request: Request, it: AsyncIterator[Delta], model: str):
@@ -274,8 +273,7 @@ def create_app(engine: SpecEngine | None, config: GatewayConfig | None = None,
                 status = "499"
                 m.ABORTS.labels(model).inc()
             await gen.aclose()
-            m.REQUESTS.labels(model, endpoint, status).inc()
-            m.REQUEST_LATENCY.labels(model, endpoint).observe(time.perf_counter() - t0)
+            m.record_request(model, endpoint, status, time.perf_counter() - t0)
             await stack.aclose()
 
     @app.post("/v1/chat/completions")

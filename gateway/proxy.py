@@ -66,8 +66,7 @@ async def proxy(first: RemoteBackend, router: Router, path: str, endpoint: str, 
         raise OpenAIError(f"backend {be.name} failed mid-response: {type(exc).__name__}",
                           502, "backend_error") from exc
     finally:
-        m.REQUESTS.labels(model, endpoint, status).inc()
-        m.REQUEST_LATENCY.labels(model, endpoint).observe(time.perf_counter() - t0)
+        m.record_request(model, endpoint, status, time.perf_counter() - t0)
         await stack.aclose()
     return Response(content, status_code=resp.status_code, headers=out_headers,
                     media_type=resp.headers.get("content-type", "application/json"))
@@ -90,6 +89,5 @@ async def _relay(chunks: AsyncIterator[bytes], model: str, endpoint: str, status
         log.warning("backend stream interrupted: %s", exc)
         yield _sse_error(f"backend stream interrupted: {type(exc).__name__}")
     finally:
-        m.REQUESTS.labels(model, endpoint, status).inc()
-        m.REQUEST_LATENCY.labels(model, endpoint).observe(time.perf_counter() - t0)
+        m.record_request(model, endpoint, status, time.perf_counter() - t0)
         await stack.aclose()

@@ -3,6 +3,7 @@ fewest outstanding requests (power of two choices when there are more than two).
 
 from __future__ import annotations
 
+import hashlib
 import random
 from typing import Protocol
 
@@ -41,8 +42,6 @@ class Router:
         if affinity and healthy:
             # Session affinity: a stable choice among the healthy backends (rendezvous
             # hashing), so losing one backend moves only its own sessions.
-            import hashlib
-
             return max(healthy, key=lambda b: hashlib.blake2b(
                 f"{affinity}|{b.name}".encode(), digest_size=8).digest())
         if not healthy:

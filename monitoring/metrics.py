@@ -37,6 +37,12 @@ ITL = Histogram(
     "Time between successive streamed outputs divided by the tokens they carried.",
     ["model", "endpoint"], buckets=TOKEN_LATENCY_BUCKETS,
 )
+def record_request(model: str, endpoint: str, status: str, seconds: float) -> None:
+    """One answered request: its outcome and its end-to-end latency."""
+    REQUESTS.labels(model, endpoint, status).inc()
+    REQUEST_LATENCY.labels(model, endpoint).observe(seconds)
+
+
 IN_FLIGHT = Gauge("specgw_requests_in_flight", "Requests being served now.", ["model"])
 ABORTS = Counter(
     "specgw_client_disconnects", "Requests aborted in the engine because the client left.",
