@@ -1,13 +1,28 @@
-"""H200 benchmark sweep: no speculation vs EAGLE-3 with eager / piecewise drafter (runner
-V1) vs runner V2, for k in {2, 3, 4} and batch 1, 8, 32, 64, directly against the
-engine and, for two configurations, through the gateway over HTTP.
+"""GPU benchmark sweep: no speculation vs EAGLE-3 with an eager drafter, piecewise drafter
+graphs (runner V1) and runner V2, for k in {2, 3, 4} and batch 1, 8, 32, 64, each measured
+both directly against the engine and through the gateway over HTTP, on the same engine.
 
-Each job runs in its own process: ``--job MODE:CONFIG:K`` with MODE ``direct`` (the
-in-process ``SpecEngine``) or ``gateway`` (``specgw serve`` + an asyncio httpx client
-streaming SSE). Both modes send the same requests: B concurrent greedy completions of
-the bundled pair's prompts with ``ignore_eos`` and a fixed length, then 20 sequential
-requests for the per-request latency. Results: ``bench_<mode>_<config>_k<k>.json``;
-``benchmarks/gpu_bench_report.py`` builds the table.
+One process per ``CONFIG:K`` job. It starts one ``SpecEngine`` and serves the gateway app
+on it with the same uvicorn server ``specgw serve`` runs, in the same process. Then it
+measures the two paths in alternating order on that one engine:
+
+* ``direct``  B concurrent ``AsyncLLM.generate`` calls in-process;
+* ``gateway`` B concurrent streaming ``/v1/completions`` requests from
+  ``sse_client.py``, a separate process (so the client costs the gateway nothing).
+
+Because both paths share the engine, its compile and its GPU state, gateway/direct is a
+ratio measured in one run, not across two engine starts. Every (path, batch) cell is
+repeated ``--reps`` times after one discarded warm-up pass; tokens/s is the median rep,
+latency percentiles pool all reps. Per cell: output tokens/s, TPOT and TTFT percentiles,
+acceptance length (engine counters), target and drafter CUDA-graph hit rates (worker
+probes, counter deltas), and the serving process's CPU time per output token. Then
+``--latency-pairs`` sequential single requests alternate direct/gateway for the added
+per-request latency.
+
+Results: ``bench_<config>_k<k>.json``; ``gpu_bench_report.py`` builds docs/benchmarks.md.
+Usage (device, see benchmarks/gpu_session.sh): ``python benchmarks/gpu_bench.py --pair DIR
+--out DIR --jobs no-spec:0,v1-piecewise:3,...``. It also runs on the CPU engine
+(``--batches 1,4 --max-tokens 32``), which is how it was checked before a GPU run.
 """
 
 from __future__ import annotations
@@ -16,9 +31,12 @@ import argparse
 import asyncio
 import json
 import os
+import signal
+import socket
 import statistics
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -27,195 +45,294 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_probes import CONFIGS, PROMPTS, forwards, hit_rates, pct
 
 ROOT = Path(__file__).resolve().parent.parent
-BATCHES = (1, 8, 32, 64)
-LATENCY_REQUESTS = 20
-LATENCY_TOKENS = 64
+DEFAULT_JOBS = ("no-spec:0,v1-piecewise:3,v1-eager-draft:3,v2-default:3,v1-piecewise:2,"
+                "v1-eager-draft:2,v2-default:2,v1-piecewise:4,v1-eager-draft:4,v2-default:4")
 
-# (ttft_s, e2e_s, tokens) for request i with n tokens
-Request = Callable[[int, int], Awaitable[tuple[float, float, int]]]
-
-
-async def measure(request: Request, snapshot: Callable[[], Awaitable[dict]],
-                  acceptance: Callable[[], Awaitable[tuple[float, float]]],
-                  max_tokens: int) -> dict:
-    await asyncio.gather(*(request(i, 16) for i in range(4)))  # warm-up
-    rows = []
-    for b in BATCHES:
-        s0, a0 = await snapshot(), await acceptance()
-        t = time.perf_counter()
-        reqs = await asyncio.gather(*(request(i, max_tokens) for i in range(b)))
-        wall = time.perf_counter() - t
-        s1, a1 = await snapshot(), await acceptance()
-        tpots = [(e2e - ttft) / max(1, n - 1) for ttft, e2e, n in reqs]
-        drafts = a1[1] - a0[1]
-        rows.append({
-            "batch": b,
-            "output_tokens_per_s": round(sum(n for _, _, n in reqs) / wall, 1),
-            "tpot_ms_p50": round(1000 * statistics.median(tpots), 3),
-            "tpot_ms_p90": round(1000 * pct(tpots, 0.9), 3),
-            "ttft_ms_p50": round(1000 * statistics.median(r[0] for r in reqs), 2),
-            "ttft_ms_p99": round(1000 * pct([r[0] for r in reqs], 0.99), 2),
-            "acceptance_length": round(1 + (a1[0] - a0[0]) / drafts, 3) if drafts else None,
-            "probes": hit_rates(s0, s1),
-        })
-    lat = []
-    for i in range(LATENCY_REQUESTS):
-        _, e2e, _ = await request(i, LATENCY_TOKENS)
-        lat.append(e2e)
-    return {"batches": rows, "latency_b1_ms": {
-        "p50": round(1000 * statistics.median(lat), 3), "p90": round(1000 * pct(lat, 0.9), 3),
-        "tokens": LATENCY_TOKENS, "requests": LATENCY_REQUESTS}}
+# (ttft_s, e2e_s, tokens) per request, and the wall time of the whole batch
+Batch = tuple[list[tuple[float, float, int]], float]
 
 
-def overrides(config: str, k: int) -> dict:
-    o = dict(CONFIGS[config], max_num_seqs=max(BATCHES))
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def overrides(config: str, k: int, max_num_seqs: int) -> dict:
+    o = dict(CONFIGS[config], max_num_seqs=max_num_seqs)
     if config != "no-spec":
         o["num_speculative_tokens"] = k
     return o
 
 
-async def run_direct(config: str, k: int, max_tokens: int) -> dict:
-    from prometheus_client import REGISTRY
-    from vllm import SamplingParams
+class DirectPath:
+    """B concurrent in-process ``generate`` calls: what the engine delivers unwrapped."""
 
-    from engine_ext.engine import SpecEngine
-    from engine_ext.settings import EngineSettings
+    name = "direct"
 
-    eng = SpecEngine(EngineSettings.from_env(**overrides(config, k)), poll_interval_s=3600)
-    t0 = time.monotonic()
-    await eng.start()
-    start_s = time.monotonic() - t0
-    tok = eng.engine.get_tokenizer()
-    ids = [tok.encode(p, add_special_tokens=False) for p in PROMPTS]
-    counter = iter(range(10**9))
+    def __init__(self, engine, prompt_ids: list[list[int]]):
+        from vllm import SamplingParams
 
-    async def request(i: int, n: int) -> tuple[float, float, int]:
-        sp = SamplingParams(max_tokens=n, temperature=0, ignore_eos=True)
+        self.engine, self.ids, self.sp = engine, prompt_ids, SamplingParams
+        self.n = 0
+
+    async def _one(self, i: int, max_tokens: int) -> tuple[float, float, int]:
+        sp = self.sp(max_tokens=max_tokens, temperature=0, ignore_eos=True)
+        self.n += 1
         t = time.perf_counter()
         first, got = None, 0
-        async for out in eng.engine.generate({"prompt_token_ids": ids[i % len(ids)]}, sp,
-                                             request_id=f"r{next(counter)}"):
+        async for out in self.engine.generate({"prompt_token_ids": self.ids[i % len(self.ids)]},
+                                              sp, request_id=f"direct-{self.n}"):
             if first is None and out.outputs[0].token_ids:
                 first = time.perf_counter() - t
             got = len(out.outputs[0].token_ids)
-        return first or 0.0, time.perf_counter() - t, got
+        e2e = time.perf_counter() - t
+        return first if first is not None else e2e, e2e, got
+
+    async def batch(self, b: int, max_tokens: int, offset: int = 0) -> Batch:
+        t = time.perf_counter()
+        reqs = await asyncio.gather(*(self._one(offset + i, max_tokens) for i in range(b)))
+        return list(reqs), time.perf_counter() - t
+
+    async def close(self) -> None:
+        pass
+
+
+class GatewayPath:
+    """B concurrent streaming requests from ``sse_client.py`` (its own process)."""
+
+    name = "gateway"
+
+    def __init__(self, proc: asyncio.subprocess.Process):
+        self.proc = proc
+
+    @classmethod
+    async def start(cls, url: str, model: str) -> GatewayPath:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, str(ROOT / "benchmarks" / "sse_client.py"), "--url", url,
+            "--model", model, "--prompts", json.dumps(PROMPTS),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        return cls(proc)
+
+    async def batch(self, b: int, max_tokens: int, offset: int = 0) -> Batch:
+        assert self.proc.stdin and self.proc.stdout
+        cmd = {"batch": b, "max_tokens": max_tokens, "offset": offset}
+        self.proc.stdin.write((json.dumps(cmd) + "\n").encode())
+        await self.proc.stdin.drain()
+        res = json.loads(await self.proc.stdout.readline())
+        if "error" in res:
+            raise RuntimeError(f"gateway client: {res['error']}")
+        return [tuple(r) for r in res["requests"]], res["wall_s"]
+
+    async def close(self) -> None:
+        assert self.proc.stdin
+        self.proc.stdin.write(b'{"batch": 0}\n')
+        await self.proc.stdin.drain()
+        await asyncio.wait_for(self.proc.wait(), 30)
+
+
+def summarize(samples: list[dict]) -> dict:
+    """One (path, batch) cell from its repetitions."""
+    reqs = [r for s in samples for r in s["requests"]]
+    tpots = [(e2e - ttft) / max(1, n - 1) for ttft, e2e, n in reqs]
+    ttfts = [r[0] for r in reqs]
+    tps = [s["tokens"] / s["wall_s"] for s in samples]
+    acc, drafts = sum(s["accepted"] for s in samples), sum(s["drafts"] for s in samples)
+    return {
+        "output_tokens_per_s": round(statistics.median(tps), 1),
+        "output_tokens_per_s_reps": [round(x, 1) for x in tps],
+        "tpot_ms_p50": round(1000 * statistics.median(tpots), 3),
+        "tpot_ms_p90": round(1000 * pct(tpots, 0.9), 3),
+        "ttft_ms_p50": round(1000 * statistics.median(ttfts), 2),
+        "ttft_ms_p99": round(1000 * pct(ttfts, 0.99), 2),
+        "acceptance_length": round(1 + acc / drafts, 3) if drafts else None,
+        "cpu_us_per_token": round(1e6 * sum(s["cpu_s"] for s in samples)
+                                  / max(1, sum(s["tokens"] for s in samples)), 1),
+        "tokens_short": sum(s["short"] for s in samples),
+        "probes": merge_probes([s["probes"] for s in samples]),
+    }
+
+
+def merge_probes(items: list[dict]) -> dict:
+    out: dict[str, dict] = {}
+    for probes in items:
+        for key, p in probes.items():
+            o = out.setdefault(key, {"graph": 0, "eager": 0, "silent_eager": 0,
+                                     "dispatched": {}})
+            for f in ("graph", "eager", "silent_eager"):
+                o[f] += p[f]
+            for d, n in p["dispatched"].items():
+                o["dispatched"][d] = o["dispatched"].get(d, 0) + n
+    for o in out.values():
+        tot = o["graph"] + o["eager"]
+        o["hit_rate"] = round(o["graph"] / tot, 4) if tot else None
+    return out
+
+
+async def run_job(config: str, k: int, a: argparse.Namespace) -> dict:
+    import uvicorn
+    from prometheus_client import REGISTRY
+
+    from engine_ext.engine import SpecEngine
+    from engine_ext.settings import EngineSettings
+    from gateway.app import GatewayConfig, create_app
+    from gateway.cli import make_server
+
+    pair = a.pair
+    settings = EngineSettings.from_env(
+        model=str(pair / "target"), draft_model=str(pair / "eagle3"),
+        served_model_name="bench", **overrides(config, k, max(a.batches)))
+    engine = SpecEngine(settings, poll_interval_s=3600)  # snapshots are taken per cell
+    app = create_app(engine, GatewayConfig(max_concurrency=1024, max_queue=1024))
+    port = free_port()
+    server: uvicorn.Server = make_server(app, "127.0.0.1", port, "warning")
+    t0 = time.monotonic()
+    serving = asyncio.create_task(server.serve())
+    while not engine.ready:
+        if engine.start_error or serving.done():
+            raise RuntimeError(f"engine did not start: {engine.start_error}")
+        await asyncio.sleep(0.2)
+    start_s = time.monotonic() - t0
+    ids = [engine.engine.get_tokenizer().encode(p, add_special_tokens=False) for p in PROMPTS]
+    paths = [DirectPath(engine.engine, ids),
+             await GatewayPath.start(f"http://127.0.0.1:{port}", "bench")]
+    lbl = {"model": "bench"}
+
+    def accepted() -> tuple[float, float]:
+        get = REGISTRY.get_sample_value
+        return (get("specgw_spec_decode_accepted_tokens_per_draft_sum", lbl) or 0.0,
+                get("specgw_spec_decode_accepted_tokens_per_draft_count", lbl) or 0.0)
 
     async def snapshot() -> dict:
-        return forwards(await eng.collective_rpc("specgw_probe_snapshot"))
+        return forwards(await engine.collective_rpc("specgw_probe_snapshot"))
 
-    async def acceptance() -> tuple[float, float]:
-        lbl = {"model": eng.model_name}
-        return (REGISTRY.get_sample_value(
-                    "specgw_spec_decode_accepted_tokens_per_draft_sum", lbl) or 0.0,
-                REGISTRY.get_sample_value(
-                    "specgw_spec_decode_accepted_tokens_per_draft_count", lbl) or 0.0)
+    async def sample(run: Callable[[], Awaitable[Batch]], max_tokens: int) -> dict:
+        s0, a0, c0 = await snapshot(), accepted(), time.process_time()
+        reqs, wall = await run()
+        c1, a1, s1 = time.process_time(), accepted(), await snapshot()
+        return {"requests": reqs, "wall_s": wall, "tokens": sum(r[2] for r in reqs),
+                "short": sum(max_tokens - r[2] for r in reqs),
+                "accepted": a1[0] - a0[0], "drafts": a1[1] - a0[1],
+                "cpu_s": c1 - c0, "probes": hit_rates(s0, s1)}
 
-    res = await measure(request, snapshot, acceptance, max_tokens)
-    await eng.shutdown()
-    return {"engine_start_s": round(start_s, 1), **res}
-
-
-def cli_flags(config: str, k: int) -> list[str]:
-    o = overrides(config, k)
-    flags = ["--runner", o["runner"], "--max-num-seqs", str(o["max_num_seqs"])]
-    if o.get("method") == "none":
-        flags += ["--method", "none"]
-    else:
-        flags += ["-k", str(k)]
-    if o.get("draft_enforce_eager"):
-        flags.append("--draft-enforce-eager")
-    return flags
-
-
-async def run_gateway(config: str, k: int, max_tokens: int, out: Path) -> dict:
-    import httpx
-
-    sys.path.insert(0, str(ROOT / "tests"))
-    from conftest import MODEL, Server, metric_sum, scrape
-
-    srv = Server(f"bench-gw-{config}-k{k}", ["--log-format", "text", "--max-concurrency",
-                                             "256", "--poll-interval", "3600",
-                                             *cli_flags(config, k)])
-    t0 = time.monotonic()
+    samples: dict[tuple[str, int], list[dict]] = {}
     try:
-        srv.wait_ready(600)
-        start_s = time.monotonic() - t0
-        limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
-        async with httpx.AsyncClient(base_url=srv.url, timeout=600, limits=limits) as c:
-            async def request(i: int, n: int) -> tuple[float, float, int]:
-                body = {"model": MODEL, "prompt": PROMPTS[i % len(PROMPTS)],
-                        "max_tokens": n, "temperature": 0, "ignore_eos": True,
-                        "stream": True, "stream_options": {"include_usage": True}}
-                t = time.perf_counter()
-                first, got = None, 0
-                async with c.stream("POST", "/v1/completions", json=body) as r:
-                    async for line in r.aiter_lines():
-                        if not line.startswith("data: ") or line == "data: [DONE]":
-                            continue
-                        chunk = json.loads(line[6:])
-                        if first is None and chunk.get("choices"):
-                            first = time.perf_counter() - t
-                        if chunk.get("usage"):
-                            got = chunk["usage"]["completion_tokens"]
-                return first or 0.0, time.perf_counter() - t, got
-
-            async def snapshot() -> dict:
-                return forwards((await c.get("/v1/engine/probes")).json())
-
-            async def acceptance() -> tuple[float, float]:
-                s = await asyncio.to_thread(scrape, srv.url)
-                return (metric_sum(s, "vllm:spec_decode_num_accepted_tokens_total"),
-                        metric_sum(s, "vllm:spec_decode_num_drafts_total"))
-
-            res = await measure(request, snapshot, acceptance, max_tokens)
-        return {"engine_start_s": round(start_s, 1), **res}
+        for b in a.batches:  # warm-up pass over every shape on both paths, discarded
+            for p in paths:
+                await p.batch(b, a.max_tokens)
+        for rep in range(a.reps):
+            order = paths if rep % 2 == 0 else paths[::-1]  # alternate: cancels drift
+            for b in a.batches:
+                for p in order:
+                    s = await sample(lambda p=p, b=b: p.batch(b, a.max_tokens), a.max_tokens)
+                    samples.setdefault((p.name, b), []).append(s)
+        latency: dict[str, list[float]] = {p.name: [] for p in paths}
+        for i in range(a.latency_pairs):
+            for p in paths if i % 2 == 0 else paths[::-1]:
+                reqs, _ = await p.batch(1, a.latency_tokens, offset=i)
+                latency[p.name].append(reqs[0][1])
+        final = await engine.collective_rpc("specgw_probe_snapshot")
     finally:
-        srv.stop()
-        (out / f"{srv.log_path.stem}.log").write_text(srv.log_path.read_text(errors="replace"))
+        for p in paths:
+            await p.close()
+        server.should_exit = True
+        await serving
+    diffs = [g - d for d, g in zip(latency["direct"], latency["gateway"], strict=True)]
+    cells = {name: {str(b): summarize(samples[(name, b)]) for b in a.batches}
+             for name in ("direct", "gateway")}
+    return {
+        "config": config, "k": k, "settings": overrides(config, k, max(a.batches)),
+        "engine_start_s": round(start_s, 1), "meta": meta(pair),
+        "self_check_warnings": (engine.self_check or {}).get("warnings"),
+        "max_tokens": a.max_tokens, "reps": a.reps, "cells": cells,
+        "latency_b1_ms": {
+            "tokens": a.latency_tokens, "pairs": a.latency_pairs,
+            "direct_p50": round(1000 * statistics.median(latency["direct"]), 3),
+            "gateway_p50": round(1000 * statistics.median(latency["gateway"]), 3),
+            "added_p50_of_paired_diffs": round(1000 * statistics.median(diffs), 3),
+            "added_p90_of_paired_diffs": round(1000 * pct(diffs, 0.9), 3),
+        },
+        "ranks": len(final),
+        "unattributed_replays": sum(s.get("unattributed_replays", 0) or 0 for s in final),
+    }
+
+
+def meta(pair: Path) -> dict:
+    import torch
+    import vllm
+
+    info = pair / "build_info.json"
+    return {
+        "date": time.strftime("%Y-%m-%d"), "vllm": vllm.__version__, "torch": torch.__version__,
+        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+        "pair": json.loads(info.read_text()) if info.exists() else str(pair),
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "docs/gpu")))
-    ap.add_argument("--job", help="MODE:CONFIG:K, run one job in this process")
-    ap.add_argument("--jobs", default="direct:no-spec:0,gateway:no-spec:0,"
-                    "direct:v1-piecewise:3,gateway:v1-piecewise:3,direct:v1-eager-draft:3,"
-                    "direct:v2-default:3")
+    ap.add_argument("--pair", type=Path, default=ROOT / "models" / "tiny-code-llama",
+                    help="model pair dir with target/ and eagle3/ (build_pair.py output)")
+    ap.add_argument("--job", help="CONFIG:K, run one job in this process")
+    ap.add_argument("--jobs", default=DEFAULT_JOBS)
+    ap.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",")],
+                    default=[1, 8, 32, 64])
     ap.add_argument("--max-tokens", type=int, default=128)
-    ap.add_argument("--timeout", type=int, default=200)
-    ap.add_argument("--logs", type=Path, help="where job logs go (default: --out)")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--latency-pairs", type=int, default=30)
+    ap.add_argument("--latency-tokens", type=int, default=64)
+    ap.add_argument("--timeout", type=int, default=300, help="per job, seconds")
+    ap.add_argument("--deadline", type=float, default=0,
+                    help="unix time after which no new job starts (0: none)")
+    ap.add_argument("--archive", type=Path,
+                    help="after every job, pack --out into this .tgz (the device returns "
+                         "few files, and a call cut off at its limit keeps what it has)")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
-    logs = a.logs or a.out
-    logs.mkdir(parents=True, exist_ok=True)
     if a.job:
-        mode, config, k = a.job.split(":")
-        runner = run_direct(config, int(k), a.max_tokens) if mode == "direct" else \
-            run_gateway(config, int(k), a.max_tokens, a.logs or a.out)
-        res = {"mode": mode, "config": config, "k": int(k), **asyncio.run(runner)}
-        (a.out / f"bench_{mode}_{config}_k{k}.json").write_text(json.dumps(res, indent=2))
+        config, k = a.job.split(":")
+        res = asyncio.run(run_job(config, int(k), a))
+        (a.out / f"bench_{config}_k{k}.json").write_text(json.dumps(res, indent=2))
         print("RESULT", json.dumps({
-            "job": a.job, "latency_b1_ms": res["latency_b1_ms"],
-            "tps": {r["batch"]: r["output_tokens_per_s"] for r in res["batches"]},
-            "al": res["batches"][0]["acceptance_length"],
-            "draft_hit": {r["batch"]: {p: x["hit_rate"] for p, x in r["probes"].items()
-                                       if p.startswith("draft")} for r in res["batches"]}}))
+            "job": a.job, "start_s": res["engine_start_s"], "latency": res["latency_b1_ms"],
+            **{path: {b: (c["output_tokens_per_s"], c["acceptance_length"],
+                          {p: x["hit_rate"] for p, x in c["probes"].items()})
+                      for b, c in cells.items()} for path, cells in res["cells"].items()}}))
         return
+    passthrough = ["--out", str(a.out), "--pair", str(a.pair), "--max-tokens",
+                   str(a.max_tokens), "--reps", str(a.reps), "--batches",
+                   ",".join(map(str, a.batches)), "--latency-pairs", str(a.latency_pairs),
+                   "--latency-tokens", str(a.latency_tokens)]
     for job in a.jobs.split(","):
+        config, k = job.split(":")
+        if (a.out / f"bench_{config}_k{k}.json").exists():
+            print(f"== {job} done earlier", flush=True)
+            continue
+        if a.deadline and time.time() > a.deadline:
+            print(f"== {job} skipped: deadline", flush=True)
+            continue
         t = time.time()
-        log = logs / f"bench_{job.replace(':', '_')}.log"
+        log = a.out / f"bench_{config}_k{k}.log"
         with log.open("w") as f:
+            # Own process group: a timed-out job takes its engine-core process with it
+            # (it would keep holding GPU memory otherwise).
+            proc = subprocess.Popen([sys.executable, __file__, "--job", job, *passthrough],
+                                    stdout=f, stderr=subprocess.STDOUT, cwd=ROOT,
+                                    start_new_session=True)
             try:
-                rc = subprocess.run([sys.executable, __file__, "--job", job, "--out",
-                                     str(a.out), "--max-tokens", str(a.max_tokens)],
-                                    stdout=f, stderr=subprocess.STDOUT, timeout=a.timeout,
-                                    cwd=ROOT).returncode
+                rc = proc.wait(a.timeout)
             except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
                 rc = "timeout"
         text = log.read_text(errors="replace")
         lines = [ln for ln in text.splitlines() if ln.startswith("RESULT")]
         print(f"== {job} rc={rc} {time.time() - t:.0f}s",
               lines[-1] if lines else "\n".join(text.splitlines()[-12:]), flush=True)
+        if a.archive:
+            with tarfile.open(a.archive, "w:gz") as tar:
+                tar.add(a.out, arcname=".")
 
 
 if __name__ == "__main__":

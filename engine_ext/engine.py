@@ -33,10 +33,40 @@ def detect_device() -> str:
     return "cpu" if current_platform.is_cpu() else str(current_platform.device_type)
 
 
-def prepare_environment(settings: EngineSettings) -> None:
+def prepare_environment(settings: EngineSettings, device: str) -> None:
     """Environment vLLM reads at engine creation (inherited by worker processes)."""
     if settings.runner != "auto":
         os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1" if settings.runner == "v2" else "0"
+    if device == "cpu" and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+        binding = cpu_thread_binding(settings.tensor_parallel_size, _numa_nodes(),
+                                     sorted(os.sched_getaffinity(0)))
+        if binding:
+            log.info("CPU tensor parallel: VLLM_CPU_OMP_THREADS_BIND=%s", binding)
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = binding
+
+
+def cpu_thread_binding(world_size: int, numa_nodes: int, cpus: list[int]) -> str | None:
+    """Cores per CPU worker when vLLM's NUMA-based auto-binding cannot place them.
+
+    vLLM's "auto" binds one worker per NUMA node and refuses more workers than nodes, so
+    TP=2 on a one-node machine fails at start. There, split this process's cores into
+    ``world_size`` contiguous groups ("0|1" on two cores). Where there are enough nodes,
+    leave vLLM's NUMA-aware choice alone (None).
+    """
+    if world_size <= 1 or numa_nodes >= world_size:
+        return None
+    if len(cpus) < world_size:
+        raise ValueError(f"tensor parallel size {world_size} needs at least {world_size} "
+                         f"CPU cores, this process may use {len(cpus)}")
+    per = len(cpus) // world_size
+    groups = [cpus[i * per:(i + 1) * per] for i in range(world_size)]
+    return "|".join(",".join(map(str, g)) for g in groups)
+
+
+def _numa_nodes() -> int:
+    from pathlib import Path
+
+    return max(1, len(list(Path("/sys/devices/system/node").glob("node[0-9]*"))))
 
 
 def engine_args(settings: EngineSettings, device: str):
@@ -114,8 +144,8 @@ class SpecEngine:
         from monitoring import metrics as m
 
         s = self.settings
-        prepare_environment(s)
         self.device = detect_device()
+        prepare_environment(s, self.device)
         args = engine_args(s, self.device)
         log.info(
             "engine starting: model=%s draft=%s method=%s k=%d device=%s runner=%s",

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import signal
 import time
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from engine_ext.engine import SpecEngine
@@ -22,12 +20,14 @@ from gateway.auth import KeyStore
 from gateway.errors import OpenAIError, install_error_handlers
 from gateway.limits import ConcurrencyLimiter
 from gateway.local_backend import Delta, LocalBackend, Prepared
+from gateway.middleware import RequestIdAuthMiddleware
 from gateway.openai_format import ChatFormatter, CompletionFormatter, usage
 from gateway.protocol import ChatCompletionRequest, CompletionRequest
 from gateway.proxy import proxy
 from gateway.remote_backend import RemoteBackend
 from gateway.request_id import REQUEST_ID
 from gateway.routing import Router
+from gateway.sse import SSEResponse, sse
 from monitoring import metrics as m
 
 log = logging.getLogger("gateway")
@@ -39,11 +39,6 @@ class GatewayConfig:
     max_queue: int = 256
     api_key: str | None = None  # when set, "Authorization: Bearer <key>" is required
     keys: KeyStore | None = None  # API keys with per-key rate limits (overrides api_key)
-
-
-def sse(obj: dict | str) -> bytes:
-    data = obj if isinstance(obj, str) else json.dumps(obj, separators=(",", ":"))
-    return f"data: {data}\n\n".encode()
 
 
 def create_app(engine: SpecEngine | None, config: GatewayConfig | None = None,
@@ -90,23 +85,7 @@ def create_app(engine: SpecEngine | None, config: GatewayConfig | None = None,
     app.state.engine = engine
     install_error_handlers(app)
 
-    @app.middleware("http")
-    async def request_id_and_auth(request: Request, call_next):
-        rid = request.headers.get("x-request-id") or uuid.uuid4().hex
-        token = REQUEST_ID.set(rid)
-        try:
-            if keys is not None and request.url.path.startswith("/v1/"):
-                try:
-                    keys.check(request.headers.get("authorization", ""))
-                except OpenAIError as exc:
-                    resp = exc.response()
-                    resp.headers["x-request-id"] = rid
-                    return resp
-            resp = await call_next(request)
-            resp.headers["x-request-id"] = rid
-            return resp
-        finally:
-            REQUEST_ID.reset(token)
+    app.add_middleware(RequestIdAuthMiddleware, keys=keys)
 
     def require_engine() -> SpecEngine:
         if engine is None:
@@ -188,12 +167,8 @@ def create_app(engine: SpecEngine | None, config: GatewayConfig | None = None,
         m.IN_FLIGHT.labels(model).inc()
         stack.callback(m.IN_FLIGHT.labels(model).dec)
         if req.stream:
-            return StreamingResponse(
-                stream_events(request, endpoint, model, be, prep, fmt, req.include_usage,
-                              t0, stack),
-                media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-            )
+            return SSEResponse(stream_events(request, endpoint, model, be, prep, fmt,
+                                             req.include_usage, t0, stack))
         try:
             finals: dict[int, Delta] = {}
             async for d in watch_disconnect(request, be.generate(prep), model):
@@ -241,16 +216,17 @@ def create_app(engine: SpecEngine | None, config: GatewayConfig | None = None,
         last = None
         finished = False
         gen = be.generate(prep)
+        itl = m.ITL.labels(model, endpoint)  # resolved once: this loop runs per token
         try:
             async for d in gen:
-                now = time.perf_counter()
                 if d.token_ids:
+                    now = time.perf_counter()
                     if last is None:
                         m.TTFT.labels(model, endpoint).observe(now - t0)
                     else:
-                        m.ITL.labels(model, endpoint).observe((now - last) / len(d.token_ids))
+                        itl.observe((now - last) / len(d.token_ids))
                     last = now
-                completion += len(d.token_ids)
+                    completion += len(d.token_ids)
                 yield sse(fmt.chunk(d))
             if include_usage:
                 yield sse(fmt.usage_chunk(usage(prep.prompt_tokens, completion)))

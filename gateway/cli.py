@@ -101,8 +101,6 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as exc:
         print(f"specgw: error: {exc}", file=sys.stderr)
         return 2
-    import uvicorn
-
     from engine_ext.engine import SpecEngine
     from gateway.app import GatewayConfig, create_app
     from gateway.auth import KeyStore
@@ -118,12 +116,21 @@ def main(argv: list[str] | None = None) -> int:
     app = create_app(engine, config, remotes)
     what = f"router over {[r.name for r in remotes]}" if remotes else settings.model_name
     log.info("serving %s on http://%s:%d (ready at /ready)", what, args.host, args.port)
-    server = uvicorn.Server(uvicorn.Config(
-        app, host=args.host, port=args.port, log_level=args.log_level.lower(),
-        access_log=False, timeout_graceful_shutdown=args.drain_timeout))
-    app.state.stop_server = lambda: setattr(server, "should_exit", True)
+    server = make_server(app, args.host, args.port, args.log_level, args.drain_timeout)
     server.run()
     return 1 if engine is not None and engine.start_error else 0
+
+
+def make_server(app, host: str, port: int, log_level: str = "info",
+                drain_timeout: float = 30.0):
+    """The uvicorn server ``specgw serve`` runs (the GPU benchmark runs the same one)."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(
+        app, host=host, port=port, log_level=log_level.lower(), access_log=False,
+        timeout_graceful_shutdown=drain_timeout))
+    app.state.stop_server = lambda: setattr(server, "should_exit", True)
+    return server
 
 
 def load_backends(flags: list[str], path: str | None):

@@ -110,29 +110,27 @@ class LocalBackend:
                         sum(len(p) for p in prompts), texts)
 
     # ---------------------------------------------------------------- generate
-    async def _one(self, rid: str, ids: list[int], params: SamplingParams, base: int,
-                   queue: asyncio.Queue) -> None:
+    async def _deltas(self, rid: str, ids: list[int], params: SamplingParams,
+                      base: int) -> AsyncIterator[Delta]:
         engine = self.engine.engine
         try:
             async for out in engine.generate({"prompt_token_ids": ids}, params, request_id=rid):
                 for o in out.outputs:
-                    await queue.put(Delta(base + o.index, o.text, list(o.token_ids),
-                                          o.logprobs, o.finish_reason))
+                    yield Delta(base + o.index, o.text, list(o.token_ids), o.logprobs,
+                                o.finish_reason)
         except OpenAIError:
             raise
         except ValueError as exc:  # vLLM input validation (e.g. logprobs over max)
             raise invalid(str(exc)) from exc
 
-    async def generate(self, prep: Prepared) -> AsyncIterator[Delta]:
-        """Merge the outputs of every prompt (completions accept a batch of prompts)."""
+    async def _into(self, deltas: AsyncIterator[Delta], queue: asyncio.Queue) -> None:
+        async for d in deltas:
+            await queue.put(d)
+
+    async def _merged(self, streams: list[AsyncIterator[Delta]]) -> AsyncIterator[Delta]:
+        """Interleave several prompts' deltas (a completions request with a prompt list)."""
         queue: asyncio.Queue = asyncio.Queue()
-        rids = [f"{prep.request_id}-{i}" for i in range(len(prep.prompts))]
-        tasks = [
-            asyncio.create_task(self._one(rid, ids, prep.params, i * prep.n, queue))
-            for i, (rid, ids) in enumerate(zip(rids, prep.prompts, strict=True))
-        ]
-        self.outstanding += 1
-        done_all = False
+        tasks = [asyncio.create_task(self._into(st, queue)) for st in streams]
         try:
             pending = set(tasks)
             while pending:
@@ -148,12 +146,27 @@ class LocalBackend:
                     t.result()  # re-raise engine errors
             while not queue.empty():
                 yield queue.get_nowait()
+        finally:
+            for t in tasks:
+                t.cancel()
+
+    async def generate(self, prep: Prepared) -> AsyncIterator[Delta]:
+        rids = [f"{prep.request_id}-{i}" for i in range(len(prep.prompts))]
+        streams = [self._deltas(rid, ids, prep.params, i * prep.n)
+                   for i, (rid, ids) in enumerate(zip(rids, prep.prompts, strict=True))]
+        # One prompt (every chat request, most completions): iterate the engine's stream
+        # directly; a queue and a task per token would be pure per-token overhead.
+        source = streams[0] if len(streams) == 1 else self._merged(streams)
+        self.outstanding += 1
+        done_all = False
+        try:
+            async for d in source:
+                yield d
             done_all = True
         finally:
             self.outstanding -= 1
             if not done_all:
-                for t in tasks:
-                    t.cancel()
+                await source.aclose()
                 # The client left (or an error): free the engine's slots now.
                 await self.engine.engine.abort(rids)
                 log.info("aborted %s in the engine", prep.request_id)

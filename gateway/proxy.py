@@ -7,23 +7,21 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 
 from gateway.errors import OpenAIError
 from gateway.remote_backend import BackendUnavailable, RemoteBackend
 from gateway.routing import Router
+from gateway.sse import SSEResponse, sse
 from monitoring import metrics as m
 
 log = logging.getLogger("gateway.proxy")
 MAX_ATTEMPTS = 3
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 def _sse_error(message: str) -> bytes:
-    import json
-
     err = OpenAIError(message, 502, "backend_error", None, "backend_stream_interrupted")
-    return f"data: {json.dumps(err.body())}\n\ndata: [DONE]\n\n".encode()
+    return sse(err.body()) + sse("[DONE]")
 
 
 async def proxy(first: RemoteBackend, router: Router, path: str, endpoint: str, model: str,
@@ -56,9 +54,8 @@ async def proxy(first: RemoteBackend, router: Router, path: str, endpoint: str, 
     status = str(resp.status_code)
     out_headers = {"x-backend": be.name}
     if stream and resp.status_code == 200:
-        return StreamingResponse(_relay(chunks, model, endpoint, status, stack, t0),
-                                 media_type="text/event-stream",
-                                 headers={**SSE_HEADERS, **out_headers})
+        return SSEResponse(_relay(chunks, model, endpoint, status, stack, t0),
+                           headers=out_headers)
     try:
         content = b"".join([c async for c in chunks])
     except Exception as exc:

@@ -14,12 +14,18 @@ The corpus is the Python standard library's own source files (always on disk, no
 download). The output is a pure function of the corpus, the flags, the torch build and
 the thread count, all of which are recorded in ``build_info.json``.
 
-Run: ``python models/build_pair.py`` (about 15 minutes on 2 cores).
+Run: ``python models/build_pair.py`` (about 20 minutes on 2 cores). ``--preset h200-150m``
+builds the scaled-up pair the GPU benchmark uses (a 150 M-parameter target on the whole
+stdlib, bf16 autocast on CUDA, the bundled tokenizer; about 5 minutes on an H200). On
+CUDA the build is seeded and deterministic algorithms are requested, but cuBLAS/SDPA
+kernels may still differ across GPU models and drivers: the GPU, torch and CUDA versions
+are recorded too.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import logging
@@ -27,12 +33,14 @@ import math
 import os
 import sysconfig
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 # Deterministic tokenizer training: rayon thread scheduling must not reorder merges.
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# cuBLAS needs a fixed workspace for deterministic results (no effect on CPU).
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 import torch
 import torch.nn.functional as F
@@ -74,26 +82,48 @@ class BuildConfig:
     max_corpus_bytes: int = 6_000_000
     rope_theta: float = 10000.0
     rms_eps: float = 1e-5
+    corpus: str = "stdlib-top"  # "stdlib-top": top-level modules; "stdlib-all": recursive
+    device: str = "cpu"
+
+
+PRESETS: dict[str, BuildConfig] = {
+    # The committed pair: small enough for git and for a 2-core CPU to serve.
+    "bundled": BuildConfig(),
+    # The GPU benchmark's pair: ~150 M-parameter target (12 x 1024, the bundled
+    # tokenizer), so a forward costs what a real small model costs and speculation has
+    # something to save; the EAGLE-3 head is one 1024-wide layer over aux layers 2/6/9.
+    "h200-150m": BuildConfig(
+        hidden_size=1024, intermediate_size=2816, num_layers=12, num_heads=16,
+        seq_len=512, batch_size=64, target_steps=1400, target_lr=1e-3,
+        head_steps=900, head_lr=1e-3, aux_layers=(2, 6, 9), threads=8,
+        max_corpus_bytes=40_000_000, corpus="stdlib-all", device="cuda",
+    ),
+}
 
 
 # ----------------------------------------------------------------------------- corpus
 
 
-def corpus_files() -> list[Path]:
-    """Top-level stdlib modules, sorted: stable for a given CPython release."""
+def corpus_files(kind: str = "stdlib-top") -> list[tuple[str, Path]]:
+    """(name, path) of stdlib sources, sorted: stable for a given CPython release."""
     stdlib = Path(sysconfig.get_paths()["stdlib"])
-    return sorted(p for p in stdlib.glob("*.py") if p.is_file())
+    if kind == "stdlib-top":
+        return [(p.name, p) for p in sorted(stdlib.glob("*.py")) if p.is_file()]
+    if kind == "stdlib-all":
+        rel = sorted(p.relative_to(stdlib) for p in stdlib.rglob("*.py") if p.is_file())
+        return [(r.as_posix(), stdlib / r) for r in rel if "site-packages" not in r.parts]
+    raise ValueError(f"unknown corpus {kind!r}")
 
 
-def load_corpus(max_bytes: int) -> tuple[list[str], str]:
+def load_corpus(max_bytes: int, kind: str = "stdlib-top") -> tuple[list[str], str]:
     texts, total, digest = [], 0, hashlib.sha256()
-    for path in corpus_files():
+    for name, path in corpus_files(kind):
         text = path.read_text(encoding="utf-8", errors="replace")
         if total + len(text) > max_bytes:
             break
         texts.append(text)
         total += len(text)
-        digest.update(path.name.encode() + b"\0" + text.encode())
+        digest.update(name.encode() + b"\0" + text.encode())
     return texts, digest.hexdigest()
 
 
@@ -147,7 +177,7 @@ def rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
     x: [B, H, T, D]; pos: [T] (absolute positions of these queries/keys).
     """
     d = x.shape[-1]
-    inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+    inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float32, device=x.device) / d))
     ang = pos.float()[:, None] * inv[None, :]
     cos = torch.cat([ang.cos(), ang.cos()], -1)
     sin = torch.cat([ang.sin(), ang.sin()], -1)
@@ -211,7 +241,14 @@ def make_target(cfg: BuildConfig):
 def batches(ids: torch.Tensor, cfg: BuildConfig, gen: torch.Generator):
     while True:
         starts = torch.randint(0, len(ids) - cfg.seq_len - 1, (cfg.batch_size,), generator=gen)
-        yield torch.stack([ids[s : s + cfg.seq_len] for s in starts.tolist()])
+        yield torch.stack([ids[s : s + cfg.seq_len] for s in starts.tolist()]).to(cfg.device)
+
+
+def autocast(cfg: BuildConfig):
+    """bf16 autocast on CUDA (speed); the CPU build stays fp32, as the bundled pair was."""
+    if cfg.device == "cpu":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=torch.device(cfg.device).type, dtype=torch.bfloat16)
 
 
 def lr_at(step: int, total: int, peak: float) -> float:
@@ -223,7 +260,8 @@ def lr_at(step: int, total: int, peak: float) -> float:
 
 def train_target(model, ids: torch.Tensor, cfg: BuildConfig) -> float:
     gen = torch.Generator().manual_seed(cfg.seed + 1)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.target_lr, weight_decay=0.01)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.target_lr, weight_decay=0.01,
+                            fused=True if cfg.device.startswith("cuda") else None)
     model.train()
     data = batches(ids, cfg, gen)
     loss_val = float("nan")
@@ -231,7 +269,8 @@ def train_target(model, ids: torch.Tensor, cfg: BuildConfig) -> float:
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg.target_steps, cfg.target_lr)
         x = next(data)
-        out = model(input_ids=x, labels=x)
+        with autocast(cfg):
+            out = model(input_ids=x, labels=x)
         opt.zero_grad(set_to_none=True)
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -283,7 +322,7 @@ class Eagle3Head(torch.nn.Module):
             extra_k, extra_v = [*diag_k, k], [*diag_v, v]
         scale = q.shape[-1] ** -0.5
         t = q.shape[2]
-        causal = torch.ones(t, t, dtype=torch.bool).tril()
+        causal = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
         scores = [(q @ past_k.transpose(-1, -2) * scale).masked_fill(~causal, float("-inf"))]
         scores += [(q * ek).sum(-1, keepdim=True) * scale for ek in extra_k]
         attn = torch.softmax(torch.cat(scores, -1), -1)
@@ -318,12 +357,14 @@ def draft_vocab(target, ids: torch.Tensor, cfg: BuildConfig) -> torch.Tensor:
 
 def train_head(target, ids: torch.Tensor, cfg: BuildConfig, d2t_ids: torch.Tensor):
     embed = target.get_input_embeddings().weight.detach()
-    head = Eagle3Head(cfg, embed)
+    head = Eagle3Head(cfg, embed).to(cfg.device)
+    d2t_dev = d2t_ids.to(cfg.device)
     t2d = torch.full((cfg.vocab_size,), -1, dtype=torch.long)
     t2d[d2t_ids] = torch.arange(cfg.draft_vocab_size)
     gen = torch.Generator().manual_seed(cfg.seed + 2)
     params = [p for n, p in head.named_parameters() if n != "embed"]
-    opt = torch.optim.AdamW(params, lr=cfg.head_lr, weight_decay=0.0)
+    opt = torch.optim.AdamW(params, lr=cfg.head_lr, weight_decay=0.0,
+                            fused=True if cfg.device.startswith("cuda") else None)
     data = batches(ids, cfg, gen)
     n = cfg.seq_len - 1 - cfg.ttt_steps
     hist = {"loss": float("nan"), "acc": []}
@@ -331,9 +372,11 @@ def train_head(target, ids: torch.Tensor, cfg: BuildConfig, d2t_ids: torch.Tenso
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg.head_steps, cfg.head_lr)
         x = next(data)
+        ctx = autocast(cfg)
+        ctx.__enter__()
         aux, tlogits = target_features(target, x, cfg.aux_layers)
         hidden = head.fc(aux[:, :n])
-        pos = torch.arange(n)
+        pos = torch.arange(n, device=x.device)
         past_k = past_v = None
         diag_k, diag_v = [], []
         loss, accs = 0.0, []
@@ -349,13 +392,15 @@ def train_head(target, ids: torch.Tensor, cfg: BuildConfig, d2t_ids: torch.Tenso
             else:
                 diag_k.append(kv[0])
                 diag_v.append(kv[1])
-            tl = tlogits[:, 1 + j : 1 + j + n][..., d2t_ids]
+            tl = tlogits[:, 1 + j : 1 + j + n][..., d2t_dev]
             p = torch.softmax(tl, -1)
-            loss = loss + (-(p * torch.log_softmax(logits, -1)).sum(-1)).mean() * (0.8**j)
+            lp = torch.log_softmax(logits.float(), -1)
+            loss = loss + (-(p * lp).sum(-1)).mean() * (0.8**j)
             top_target = tlogits[:, 1 + j : 1 + j + n].argmax(-1)
-            hit = d2t_ids[logits.argmax(-1)] == top_target
+            hit = d2t_dev[logits.argmax(-1)] == top_target
             accs.append(hit.float().mean().item())
             hidden = prenorm
+        ctx.__exit__(None, None, None)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -367,7 +412,7 @@ def train_head(target, ids: torch.Tensor, cfg: BuildConfig, d2t_ids: torch.Tenso
 
 def save_head(head: Eagle3Head, cfg: BuildConfig, d2t_ids: torch.Tensor, out: Path):
     b = head.block
-    bf = lambda t: t.detach().to(torch.bfloat16).contiguous()  # noqa: E731
+    bf = lambda t: t.detach().to("cpu", torch.bfloat16).contiguous()  # noqa: E731
     tensors = {
         "fc.weight": bf(head.fc.weight),
         "norm.weight": bf(head.norm),
@@ -419,30 +464,47 @@ def save_head(head: Eagle3Head, cfg: BuildConfig, d2t_ids: torch.Tensor, out: Pa
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "tiny-code-llama")
-    ap.add_argument("--target-steps", type=int, default=BuildConfig.target_steps)
-    ap.add_argument("--head-steps", type=int, default=BuildConfig.head_steps)
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="bundled")
+    ap.add_argument("--out", type=Path, help="default: models/tiny-code-llama (bundled)")
+    ap.add_argument("--target-steps", type=int)
+    ap.add_argument("--head-steps", type=int)
+    ap.add_argument("--device", help="torch device (default: the preset's)")
+    ap.add_argument("--tokenizer", type=Path,
+                    help="reuse this tokenizer.json instead of training one")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    cfg = BuildConfig(target_steps=args.target_steps, head_steps=args.head_steps)
+    overrides = {k: v for k, v in (("target_steps", args.target_steps),
+                                   ("head_steps", args.head_steps),
+                                   ("device", args.device)) if v is not None}
+    cfg = replace(PRESETS[args.preset], **overrides)
+    out = args.out or Path(__file__).parent / "tiny-code-llama"
 
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(cfg.threads)
-    torch.use_deterministic_algorithms(True)
+    # Some CUDA kernels have no deterministic variant: warn there rather than abort.
+    torch.use_deterministic_algorithms(True, warn_only=cfg.device != "cpu")
     t0 = time.time()
 
-    texts, corpus_sha = load_corpus(cfg.max_corpus_bytes)
+    texts, corpus_sha = load_corpus(cfg.max_corpus_bytes, cfg.corpus)
     log.info("corpus: %d files, %d bytes", len(texts), sum(map(len, texts)))
-    tok = train_tokenizer(texts, cfg.vocab_size)
+    if args.tokenizer:
+        tok = Tokenizer.from_file(str(args.tokenizer))
+        if tok.get_vocab_size() != cfg.vocab_size:
+            raise SystemExit(f"{args.tokenizer}: vocab {tok.get_vocab_size()} != "
+                             f"{cfg.vocab_size}")
+    else:
+        tok = train_tokenizer(texts, cfg.vocab_size)
     eos = tok.token_to_id("<|eos|>")
     ids = torch.tensor(
         [i for enc in tok.encode_batch(texts) for i in [*enc.ids, eos]], dtype=torch.long
     )
     log.info("tokens: %d", ids.numel())
 
-    target = make_target(cfg)
+    target = make_target(cfg).to(cfg.device)
+    log.info("target: %.1f M parameters on %s",
+             sum(p.numel() for p in target.parameters()) / 1e6, cfg.device)
     target_loss = train_target(target, ids, cfg)
-    tdir, ddir = args.out / "target", args.out / "eagle3"
+    tdir, ddir = out / "target", out / "eagle3"
     tdir.mkdir(parents=True, exist_ok=True)
     ddir.mkdir(parents=True, exist_ok=True)
     target.to(torch.bfloat16).save_pretrained(tdir, safe_serialization=True)
@@ -459,17 +521,22 @@ def main() -> None:
     save_head(head, cfg, d2t_ids, ddir)
 
     info = {
+        "preset": args.preset,
         "config": asdict(cfg),
         "corpus_sha256": corpus_sha,
         "corpus_files": len(texts),
         "tokens": ids.numel(),
+        "tokenizer": "reused" if args.tokenizer else "trained",
         "torch": torch.__version__,
         "target_final_loss": round(target_loss, 4),
         "head_final_loss": round(hist["loss"], 4),
         "head_train_top1_per_step": [round(a, 3) for a in hist["acc"]],
         "build_seconds": round(time.time() - t0, 1),
     }
-    (args.out / "build_info.json").write_text(json.dumps(info, indent=2) + "\n")
+    if cfg.device.startswith("cuda"):
+        info["gpu"] = torch.cuda.get_device_name()
+        info["cuda"] = torch.version.cuda
+    (out / "build_info.json").write_text(json.dumps(info, indent=2) + "\n")
     log.info("done: %s", json.dumps(info))
 
 

@@ -16,12 +16,12 @@ VSEL = 'model_name=~"$model_name",instance=~"$instance"'
 R = "$__rate_interval"
 
 
-def hit_rate(role: str) -> str:
-    """Graph replays / all forwards, by phase. The `or ... * 0` keeps a series (value 0)
-    where nothing ever replayed, e.g. on CPU, instead of returning no data."""
-    replayed = (f'sum by (phase) (rate(specgw_cudagraph_replayed_forwards_total'
+def hit_rate(role: str, by: str = "phase") -> str:
+    """Graph replays / all forwards, by phase (or rank). The `or ... * 0` keeps a series
+    (value 0) where nothing ever replayed, e.g. on CPU, instead of returning no data."""
+    replayed = (f'sum by ({by}) (rate(specgw_cudagraph_replayed_forwards_total'
                 f'{{{SEL},role="{role}"}}[{R}]))')
-    total = f'sum by (phase) (rate(specgw_model_forwards_total{{{SEL},role="{role}"}}[{R}]))'
+    total = f'sum by ({by}) (rate(specgw_model_forwards_total{{{SEL},role="{role}"}}[{R}]))'
     return f"({replayed} or {total} * 0) / {total}"
 
 
@@ -46,6 +46,9 @@ PANELS: list[Panel] = [
     Panel("Drafter CUDA-graph hit rate", [("{{phase}}", hit_rate("draft"))], "percentunit",
           description="Drafter forwards that replayed a graph, counted in the worker."),
     Panel("Target CUDA-graph hit rate", [("{{phase}}", hit_rate("target"))], "percentunit"),
+    Panel("Drafter CUDA-graph hit rate by rank", [("rank {{rank}}", hit_rate("draft", "rank"))],
+          "percentunit", description="One line per tensor/pipeline-parallel worker: a "
+          "rank that falls back alone shows here, not in the pooled rate."),
     Panel("Eager fallbacks (dispatched as graph, ran eager)", [(
         "{{role}} {{phase}}",
         f"sum by (role, phase) (rate(specgw_silent_eager_forwards_total{{{SEL}}}[{R}]))")],

@@ -163,6 +163,13 @@ class ProbeCollector(Collector):
             "Share of forwards that replayed a graph (NaN when coverage is unknown).",
             labels=["model", "role", "phase"],
         )
+        ranks = GaugeMetricFamily(
+            "specgw_probe_ranks",
+            "Worker ranks whose probe ledgers the last collective_rpc returned (TP x PP "
+            "when all report).", labels=["model"],
+        )
+        if model:
+            ranks.add_metric([model], len(snaps))
         coverage = GaugeMetricFamily(
             "specgw_probe_coverage",
             "1 if every forward path of this role is probed, 0 if some path is not "
@@ -203,7 +210,7 @@ class ProbeCollector(Collector):
             ok = cov.get(role, False)
             hit.add_metric([model, role, phase], graph / total if ok and total else math.nan)
         yield from (forwards, replayed, eager, silent, replays, captures, unattributed, hit,
-                    coverage)
+                    coverage, ranks)
 
 
 def coverage_by_role(snaps: list[dict]) -> dict[str, bool]:

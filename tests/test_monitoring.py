@@ -89,9 +89,12 @@ def test_every_dashboard_query_returns_data(prometheus, base_url):
     assert not failed, failed
     assert not empty, empty
     # The numbers themselves: CPU drafter never replays, acceptance length > 1.
-    hit = query(prometheus, substitute(PANELS[0].targets[0][1], RATE_WINDOW))
+    panel = {p.title: p for p in PANELS}
+    hit = query(prometheus, substitute(panel["Drafter CUDA-graph hit rate"].targets[0][1],
+                                       RATE_WINDOW))
     assert all(float(s["value"][1]) == 0.0 for s in hit["data"]["result"])
-    al = query(prometheus, substitute(PANELS[4].targets[0][1], RATE_WINDOW))
+    al = query(prometheus, substitute(panel["Mean acceptance length"].targets[0][1],
+                                      RATE_WINDOW))
     assert float(al["data"]["result"][0]["value"][1]) > 1.0
     render(prometheus, LOG_DIR / "dashboard.png", minutes=1, step=1, rate_window=RATE_WINDOW)
 
