@@ -32,16 +32,18 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tarfile
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from conftest import free_port
 from gpu_probes import CONFIGS, PROMPTS, forwards, hit_rates, pct
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,12 +52,6 @@ DEFAULT_JOBS = ("no-spec:0,v1-piecewise:3,v1-eager-draft:3,v2-default:3,v1-piece
 
 # (ttft_s, e2e_s, tokens) per request, and the wall time of the whole batch
 Batch = tuple[list[tuple[float, float, int]], float]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def overrides(config: str, k: int, max_num_seqs: int) -> dict:
@@ -149,24 +145,9 @@ def summarize(samples: list[dict]) -> dict:
         "cpu_us_per_token": round(1e6 * sum(s["cpu_s"] for s in samples)
                                   / max(1, sum(s["tokens"] for s in samples)), 1),
         "tokens_short": sum(s["short"] for s in samples),
-        "probes": merge_probes([s["probes"] for s in samples]),
+        # Summed forward-counter deltas of every repetition, rated once.
+        "probes": hit_rates({}, sum((Counter(s["forwards"]) for s in samples), Counter())),
     }
-
-
-def merge_probes(items: list[dict]) -> dict:
-    out: dict[str, dict] = {}
-    for probes in items:
-        for key, p in probes.items():
-            o = out.setdefault(key, {"graph": 0, "eager": 0, "silent_eager": 0,
-                                     "dispatched": {}})
-            for f in ("graph", "eager", "silent_eager"):
-                o[f] += p[f]
-            for d, n in p["dispatched"].items():
-                o["dispatched"][d] = o["dispatched"].get(d, 0) + n
-    for o in out.values():
-        tot = o["graph"] + o["eager"]
-        o["hit_rate"] = round(o["graph"] / tot, 4) if tot else None
-    return out
 
 
 async def run_job(config: str, k: int, a: argparse.Namespace) -> dict:
@@ -213,7 +194,8 @@ async def run_job(config: str, k: int, a: argparse.Namespace) -> dict:
         return {"requests": reqs, "wall_s": wall, "tokens": sum(r[2] for r in reqs),
                 "short": sum(max_tokens - r[2] for r in reqs),
                 "accepted": a1[0] - a0[0], "drafts": a1[1] - a0[1],
-                "cpu_s": c1 - c0, "probes": hit_rates(s0, s1)}
+                "cpu_s": c1 - c0,
+                "forwards": {key: s1.get(key, 0) - s0.get(key, 0) for key in s0.keys() | s1}}
 
     samples: dict[tuple[str, int], list[dict]] = {}
     try:

@@ -76,6 +76,10 @@ def beats(a: list[float], b: list[float], factor: float = 1.0) -> str:
     return "within noise"
 
 
+def by_config(runs: dict) -> list[tuple[tuple[str, int], dict]]:
+    return sorted(runs.items(), key=lambda x: (CONFIG_ORDER.index(x[0][0]), x[0][1]))
+
+
 def targets(runs: dict) -> list[str]:
     ks = sorted({k for c, k in runs if c != "no-spec"})
     base = runs.get(("no-spec", 0))
@@ -108,7 +112,7 @@ def targets(runs: dict) -> list[str]:
     lines.append(f"| speculation faster than no speculation at batch 1 | {'; '.join(vals)} | "
                  f"{met} |")
     vals, all_ok = [], True
-    for (c, k), run in sorted(runs.items(), key=lambda x: (CONFIG_ORDER.index(x[0][0]), x[0][1])):
+    for (c, k), run in by_config(runs):
         g, d = tps(run, "gateway", 32), tps(run, "direct", 32)
         if g and d:
             vals.append(f"{c}{f' k={k}' if k else ''}: {g / d:.3f}")
@@ -116,7 +120,7 @@ def targets(runs: dict) -> list[str]:
     lines.append(f"| gateway throughput >= 97% of direct at batch 32 | {'; '.join(vals)} | "
                  f"{'yes' if vals and all_ok else '**no**'} |")
     vals, all_ok = [], True
-    for (c, k), run in sorted(runs.items(), key=lambda x: (CONFIG_ORDER.index(x[0][0]), x[0][1])):
+    for (c, k), run in by_config(runs):
         add = run["latency_b1_ms"]["added_p50_of_paired_diffs"]
         vals.append(f"{c}{f' k={k}' if k else ''}: {add:+.2f} ms")
         all_ok &= add < 2.0

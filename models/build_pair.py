@@ -372,35 +372,33 @@ def train_head(target, ids: torch.Tensor, cfg: BuildConfig, d2t_ids: torch.Tenso
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg.head_steps, cfg.head_lr)
         x = next(data)
-        ctx = autocast(cfg)
-        ctx.__enter__()
-        aux, tlogits = target_features(target, x, cfg.aux_layers)
-        hidden = head.fc(aux[:, :n])
-        pos = torch.arange(n, device=x.device)
-        past_k = past_v = None
-        diag_k, diag_v = [], []
-        loss, accs = 0.0, []
-        for j in range(cfg.ttt_steps):
-            # index i, step j: input token x[i+1+j] at position i+j; it must predict
-            # the target's next token after x[i+1+j], i.e. target logits at i+1+j.
-            tokens = x[:, 1 + j : 1 + j + n]
-            logits, prenorm, kv, past = head.step(
-                tokens, hidden, pos + j, past_k, past_v, diag_k, diag_v
-            )
-            if j == 0:
-                past_k, past_v = past
-            else:
-                diag_k.append(kv[0])
-                diag_v.append(kv[1])
-            tl = tlogits[:, 1 + j : 1 + j + n][..., d2t_dev]
-            p = torch.softmax(tl, -1)
-            lp = torch.log_softmax(logits.float(), -1)
-            loss = loss + (-(p * lp).sum(-1)).mean() * (0.8**j)
-            top_target = tlogits[:, 1 + j : 1 + j + n].argmax(-1)
-            hit = d2t_dev[logits.argmax(-1)] == top_target
-            accs.append(hit.float().mean().item())
-            hidden = prenorm
-        ctx.__exit__(None, None, None)
+        with autocast(cfg):
+            aux, tlogits = target_features(target, x, cfg.aux_layers)
+            hidden = head.fc(aux[:, :n])
+            pos = torch.arange(n, device=x.device)
+            past_k = past_v = None
+            diag_k, diag_v = [], []
+            loss, accs = 0.0, []
+            for j in range(cfg.ttt_steps):
+                # index i, step j: input token x[i+1+j] at position i+j; it must predict
+                # the target's next token after x[i+1+j], i.e. target logits at i+1+j.
+                tokens = x[:, 1 + j : 1 + j + n]
+                logits, prenorm, kv, past = head.step(
+                    tokens, hidden, pos + j, past_k, past_v, diag_k, diag_v
+                )
+                if j == 0:
+                    past_k, past_v = past
+                else:
+                    diag_k.append(kv[0])
+                    diag_v.append(kv[1])
+                tl = tlogits[:, 1 + j : 1 + j + n][..., d2t_dev]
+                p = torch.softmax(tl, -1)
+                lp = torch.log_softmax(logits.float(), -1)
+                loss = loss + (-(p * lp).sum(-1)).mean() * (0.8**j)
+                top_target = tlogits[:, 1 + j : 1 + j + n].argmax(-1)
+                hit = d2t_dev[logits.argmax(-1)] == top_target
+                accs.append(hit.float().mean().item())
+                hidden = prenorm
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
