@@ -10,7 +10,7 @@ COPY monitoring ./monitoring
 COPY models ./models
 # vLLM is already in the base image: install only our package and its light deps.
 RUN python3 -m pip install --no-cache-dir --no-deps . \
- && python3 -m pip install --no-cache-dir "prometheus-client>=0.20" "rich>=13" "tqdm>=4.66" \
+ && python3 -m pip install --no-cache-dir "prometheus-client>=0.20" "python-json-logger>=3.1" "tqdm>=4.66" \
  && useradd --create-home --uid 10001 specgw \
  && mkdir -p /home/specgw/.cache && chown -R specgw /home/specgw /opt/specgw
 

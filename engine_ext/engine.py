@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from engine_ext.settings import EngineSettings
@@ -136,6 +137,57 @@ class SpecEngine:
     def errored(self) -> bool:
         return self.engine is not None and bool(getattr(self.engine, "errored", False))
 
+    # ------------------------------------------- the interface the gateway uses
+    # (gateway.engine_api.SpecEngine): vLLM types stay on this side of it.
+    @property
+    def max_model_len(self) -> int:
+        return self.settings.max_model_len
+
+    @property
+    def speculative(self) -> bool:
+        return self.settings.speculative
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._require_engine().get_tokenizer()
+
+    def build_sampling_params(self, kwargs: dict[str, Any]) -> Any:
+        """Plain keyword arguments -> vLLM ``SamplingParams``. ``output_kind`` may be a
+        name ("delta", "final_only"); ``structured_outputs`` a dict of
+        ``StructuredOutputsParams`` arguments. Raises ValueError/TypeError on bad values."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
+
+        kw = dict(kwargs)
+        try:
+            if isinstance(kw.get("output_kind"), str):
+                kw["output_kind"] = RequestOutputKind[kw["output_kind"].upper()]
+            if isinstance(kw.get("structured_outputs"), dict):
+                kw["structured_outputs"] = StructuredOutputsParams(**kw["structured_outputs"])
+            return SamplingParams(**kw)
+        except (*_client_errors(), KeyError) as exc:  # KeyError: unknown output_kind
+            raise ValueError(str(exc)) from exc
+
+    async def generate(self, prompt_token_ids: list[int], params: Any,
+                       request_id: str) -> AsyncIterator[Any]:
+        """vLLM's outputs for one prompt; request errors surface as ValueError."""
+        engine = self._require_engine()
+        try:
+            async for out in engine.generate({"prompt_token_ids": prompt_token_ids}, params,
+                                             request_id=request_id):
+                yield out
+        except _client_errors() as exc:
+            raise ValueError(str(exc)) from exc
+
+    async def abort(self, request_ids: list[str]) -> None:
+        if self.engine is not None:
+            await self.engine.abort(request_ids)
+
+    def _require_engine(self) -> Any:
+        if self.engine is None:
+            raise RuntimeError("the engine is not started")
+        return self.engine
+
     async def start(self) -> None:
         from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -218,6 +270,14 @@ class SpecEngine:
         if self.engine is not None:
             self.engine.shutdown()
             self.engine = None
+
+
+def _client_errors() -> tuple[type[Exception], ...]:
+    """Exceptions vLLM raises for a bad request. vLLM 0.26 derives its validation error
+    from ValueError; later versions from VLLMClientError, which is not a ValueError."""
+    from vllm import exceptions
+
+    return (ValueError, TypeError, getattr(exceptions, "VLLMClientError", ValueError))
 
 
 def _readable_start_error(exc: Exception, s: EngineSettings) -> str:

@@ -74,7 +74,7 @@ def _split(mode: str) -> tuple[str, str]:
     }.get(mode, ("NONE", "NONE"))
 
 
-def predict_drafter_modes(
+def predict_drafter_modes(  # noqa: C901  (mirrors vLLM's dispatch rules)
     *,
     runner: str,
     cudagraph_mode: str | None,

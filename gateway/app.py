@@ -1,4 +1,9 @@
-"""The FastAPI app: request -> validation -> routing -> engine -> stream -> metrics."""
+"""Assemble the FastAPI app: backends, router, limiter, middleware, routes, lifespan.
+
+The data path of one request (see docs/architecture.md): routes -> Dispatcher (pick,
+slot, failover) -> a Backend (local: a serving class per API over the engine; remote:
+the proxy) -> JSON or SSE, with a RequestContext settling the bookkeeping once.
+"""
 
 from __future__ import annotations
 
@@ -6,29 +11,22 @@ import asyncio
 import logging
 import os
 import signal
-import time
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from fastapi import FastAPI
 
-from engine_ext.engine import SpecEngine
 from gateway.auth import KeyStore
-from gateway.errors import OpenAIError, install_error_handlers
+from gateway.dispatch import Dispatcher
+from gateway.engine_api import SpecEngine
+from gateway.errors import install_error_handlers
 from gateway.limits import ConcurrencyLimiter
-from gateway.local_backend import Delta, LocalBackend, Prepared
+from gateway.local_backend import LocalBackend
 from gateway.middleware import RequestIdAuthMiddleware
-from gateway.openai_format import ChatFormatter, CompletionFormatter, usage
-from gateway.protocol import ChatCompletionRequest, CompletionRequest
-from gateway.proxy import proxy
 from gateway.remote_backend import RemoteBackend
-from gateway.request_id import REQUEST_ID
-from gateway.routing import Router
-from gateway.sse import SSEResponse, sse
-from monitoring import metrics as m
+from gateway.routes import Services, api_routes, ops_routes
+from gateway.routing import DEFAULT_POLICIES, Router, build_policies
+from gateway.serving import ChatServing, CompletionServing
 
 log = logging.getLogger("gateway")
 
@@ -39,6 +37,12 @@ class GatewayConfig:
     max_queue: int = 256
     api_key: str | None = None  # when set, "Authorization: Bearer <key>" is required
     keys: KeyStore | None = None  # API keys with per-key rate limits (overrides api_key)
+    routing: str = DEFAULT_POLICIES  # routing policy chain (gateway.routing.build_policies)
+
+
+def local_backend(engine: SpecEngine) -> LocalBackend:
+    return LocalBackend(engine, {s.endpoint: s(engine)
+                                 for s in (ChatServing, CompletionServing)})
 
 
 def create_app(engine: SpecEngine | None, config: GatewayConfig | None = None,
@@ -46,228 +50,50 @@ def create_app(engine: SpecEngine | None, config: GatewayConfig | None = None,
     """``engine``: the in-process engine, or None for a pure router over ``remotes``."""
     config = config or GatewayConfig()
     remotes = list(remotes or [])
-    router = Router([*([LocalBackend(engine)] if engine else []), *remotes])
+    router = Router([*([local_backend(engine)] if engine else []), *remotes],
+                    build_policies(config.routing))
     limiter = ConcurrencyLimiter(config.max_concurrency, config.max_queue)
-    keys = config.keys or KeyStore.load(None, config.api_key)
-
-    @asynccontextmanager
-    async def lifespan(_: FastAPI):
-        for r in remotes:
-            r.start()
-        try:
-            if engine is None:
-                yield
-                return
-            # Start the engine in the background: /health answers at once, /ready only
-            # once the engine is up and its self-check has run.
-            task = asyncio.create_task(start_engine(engine))
-            app.state.engine_task = task
-            yield
-            task.cancel()
-            await engine.shutdown()
-        finally:
-            for r in remotes:
-                await r.close()
-
-    async def start_engine(engine: SpecEngine) -> None:
-        try:
-            await engine.start()
-        except Exception as exc:
-            # Fail fast: a gateway without its engine only hides the problem.
-            log.error("engine failed to start: %s", exc)
-            stop = getattr(app.state, "stop_server", None)
-            if stop is not None:
-                stop()
-            else:
-                os.kill(os.getpid(), signal.SIGTERM)
-
     app = FastAPI(title="specgw", version="0.1.0", lifespan=lifespan)
+    app.state.services = Services(engine, remotes, router, Dispatcher(router, limiter))
     app.state.engine = engine
     install_error_handlers(app)
-
-    app.add_middleware(RequestIdAuthMiddleware, keys=keys)
-
-    def require_engine() -> SpecEngine:
-        if engine is None:
-            raise OpenAIError("this gateway has no in-process engine", 404, "not_found_error")
-        return engine
-
-    # ----------------------------------------------------------------- probes
-    @app.get("/health")
-    async def health() -> Response:
-        if engine is not None and (engine.start_error or engine.errored):
-            return JSONResponse({"status": "error", "error": engine.start_error}, 503)
-        return JSONResponse({"status": "ok"})
-
-    @app.get("/ready")
-    async def ready() -> Response:
-        if engine is None:
-            up = [r.name for r in remotes if r.healthy]
-            return JSONResponse({"status": "ready" if up else "no healthy backend",
-                                 "backends": up}, 200 if up else 503)
-        if engine.ready:
-            return JSONResponse({"status": "ready", "model": engine.model_name})
-        return JSONResponse({"status": "starting" if not engine.start_error else "error",
-                             "error": engine.start_error}, 503)
-
-    @app.get("/metrics")
-    async def metrics() -> Response:
-        if remotes:
-            from gateway.remote_metrics import REMOTE_ENGINES
-
-            await REMOTE_ENGINES.refresh(remotes)
-        if engine is not None and engine.ready:
-            try:  # fresh worker counters at scrape time, bounded so a scrape never hangs
-                await asyncio.wait_for(engine.refresh_probes(), 5)
-            except Exception as exc:
-                log.warning("probe refresh at scrape failed: %s", exc)
-        return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
-
-    @app.get("/v1/engine/probes")
-    async def probes() -> Response:
-        """Raw per-rank probe ledgers (what /metrics mirrors), for debugging and tests."""
-        engine = require_engine()
-        if not engine.ready:
-            raise OpenAIError("engine is not ready", 503, "service_unavailable")
-        return JSONResponse(await engine.refresh_probes())
-
-    @app.get("/v1/engine/self_check")
-    async def self_check() -> Response:
-        return JSONResponse(require_engine().self_check or {"status": "starting"})
-
-    @app.get("/v1/models")
-    async def models() -> dict:
-        return {"object": "list", "data": [
-            {"id": name, "object": "model", "created": 0, "owned_by": "specgw"}
-            for name in router.models()
-        ]}
-
-    # ------------------------------------------------------------- generation
-    async def serve(request: Request, endpoint: str, req, prep_fn, formatter_fn) -> Response:
-        t0 = time.perf_counter()
-        model = req.model
-        status = "200"
-        stack = AsyncExitStack()
-        affinity = request.headers.get("x-session-id") or req.user
-        try:
-            be = router.pick(model, affinity=affinity)
-            await stack.enter_async_context(limiter.slot())
-            if isinstance(be, RemoteBackend):
-                headers = {"x-request-id": REQUEST_ID.get()}
-                return await proxy(be, router, request.url.path, endpoint, model,
-                                   await request.json(), req.stream, headers, affinity,
-                                   stack, t0)
-            prep: Prepared = await prep_fn(be, req)
-        except OpenAIError as exc:
-            await stack.aclose()
-            m.REQUESTS.labels(model if exc.code != "model_not_found" else "unknown", endpoint,
-                              str(exc.status)).inc()
-            raise
-        fmt = formatter_fn(prep)
-        m.IN_FLIGHT.labels(model).inc()
-        stack.callback(m.IN_FLIGHT.labels(model).dec)
-        if req.stream:
-            return SSEResponse(stream_events(request, endpoint, model, be, prep, fmt,
-                                             req.include_usage, t0, stack))
-        try:
-            finals: dict[int, Delta] = {}
-            async for d in watch_disconnect(request, be.generate(prep), model):
-                finals[d.index] = d
-            completion = sum(len(d.token_ids) for d in finals.values())
-            body = fmt.full(finals, usage(prep.prompt_tokens, completion))
-            return JSONResponse(body)
-        except OpenAIError as exc:
-            status = str(exc.status)
-            raise
-        except Exception:
-            status = "500"
-            raise
-        finally:
-            m.record_request(model, endpoint, status, time.perf_counter() - t0)
-            await stack.aclose()
-
-    async def watch_disconnect(request: Request, it: AsyncIterator[Delta], model: str):
-        """Non-streaming: abort the engine request if the client goes away."""
-        async def disconnected() -> None:
-            while not await request.is_disconnected():
-                await asyncio.sleep(0.25)
-
-        watcher = asyncio.create_task(disconnected())
-        try:
-            while True:
-                nxt = asyncio.ensure_future(it.__anext__())
-                done, _ = await asyncio.wait({nxt, watcher}, return_when=asyncio.FIRST_COMPLETED)
-                if nxt in done:
-                    try:
-                        yield nxt.result()
-                    except StopAsyncIteration:
-                        return
-                else:
-                    nxt.cancel()
-                    m.ABORTS.labels(model).inc()
-                    raise OpenAIError("Client disconnected", 499, "client_disconnected")
-        finally:
-            watcher.cancel()
-            await it.aclose()
-
-    async def stream_events(request, endpoint, model, be, prep, fmt, include_usage, t0,
-                            stack: AsyncExitStack) -> AsyncIterator[bytes]:
-        status, completion = "200", 0
-        last = None
-        finished = False
-        gen = be.generate(prep)
-        itl = m.ITL.labels(model, endpoint)  # resolved once: this loop runs per token
-        try:
-            async for d in gen:
-                if d.token_ids:
-                    now = time.perf_counter()
-                    if last is None:
-                        m.TTFT.labels(model, endpoint).observe(now - t0)
-                    else:
-                        itl.observe((now - last) / len(d.token_ids))
-                    last = now
-                    completion += len(d.token_ids)
-                yield sse(fmt.chunk(d))
-            if include_usage:
-                yield sse(fmt.usage_chunk(usage(prep.prompt_tokens, completion)))
-            yield sse("[DONE]")
-            finished = True
-        except OpenAIError as exc:
-            status = str(exc.status)
-            yield sse(exc.body())
-            yield sse("[DONE]")
-            finished = True
-        except Exception as exc:  # the stream already started: end it with an error event
-            status = "500"
-            log.exception("stream failed")
-            yield sse(OpenAIError(f"stream failed: {type(exc).__name__}", 500,
-                                  "internal_server_error").body())
-            yield sse("[DONE]")
-            finished = True
-        finally:
-            if not finished:
-                status = "499"
-                m.ABORTS.labels(model).inc()
-            await gen.aclose()
-            m.record_request(model, endpoint, status, time.perf_counter() - t0)
-            await stack.aclose()
-
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request, body: ChatCompletionRequest) -> Response:
-        return await serve(
-            request, "chat", body,
-            lambda be, r: be.prepare_chat(r, r.stream),
-            lambda p: ChatFormatter(p.request_id, body.model, body.top_logprobs or 0,
-                                    body.logprobs),
-        )
-
-    @app.post("/v1/completions")
-    async def completions(request: Request, body: CompletionRequest) -> Response:
-        return await serve(
-            request, "completions", body,
-            lambda be, r: be.prepare_completion(r, r.stream),
-            lambda p: CompletionFormatter(p.request_id, body.model, body.logprobs,
-                                          p.prompt_texts if body.echo else None, body.n),
-        )
-
+    app.add_middleware(RequestIdAuthMiddleware,
+                       keys=config.keys or KeyStore.load(None, config.api_key))
+    app.include_router(ops_routes)
+    app.include_router(api_routes)
     return app
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI):
+    services: Services = app.state.services
+    for r in services.remotes:
+        r.start()
+    try:
+        engine = services.engine
+        if engine is None:
+            yield
+            return
+        # Start the engine in the background: /health answers at once, /ready only
+        # once the engine is up and its self-check has run.
+        task = asyncio.create_task(start_engine(app, engine))
+        app.state.engine_task = task
+        yield
+        task.cancel()
+        await engine.shutdown()
+    finally:
+        for r in services.remotes:
+            await r.close()
+
+
+async def start_engine(app: FastAPI, engine: SpecEngine) -> None:
+    try:
+        await engine.start()
+    except Exception as exc:
+        # Fail fast: a gateway without its engine only hides the problem.
+        log.error("engine failed to start: %s", exc)
+        stop = getattr(app.state, "stop_server", None)
+        if stop is not None:
+            stop()
+        else:
+            os.kill(os.getpid(), signal.SIGTERM)

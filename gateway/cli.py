@@ -12,6 +12,7 @@ import os
 import sys
 
 from engine_ext.settings import EngineSettings
+from gateway.routing import DEFAULT_POLICIES, POLICIES
 
 
 def _env(name: str, default=None):
@@ -50,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "with any, the gateway routes only and starts no engine")
     s.add_argument("--backends-file", default=_env("BACKENDS_FILE"),
                    help='JSON {"backends": [{"name", "url", "models"?, "timeout_s"?}]}')
+    s.add_argument("--routing", default=_env("ROUTING", DEFAULT_POLICIES),
+                   help="routing policy chain over the backends, first opinion wins "
+                        f"(choices: {', '.join(POLICIES)})")
     s.add_argument("--drain-timeout", type=float, default=float(_env("DRAIN_TIMEOUT", "30")),
                    help="on SIGTERM: stop accepting, let streams finish for this long")
     s.add_argument("--poll-interval", type=float, default=float(_env("POLL_INTERVAL", "5")),
@@ -101,24 +105,35 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as exc:
         print(f"specgw: error: {exc}", file=sys.stderr)
         return 2
-    from engine_ext.engine import SpecEngine
     from gateway.app import GatewayConfig, create_app
     from gateway.auth import KeyStore
+    from gateway.routing import build_policies
 
     try:
         remotes = load_backends(args.backend, args.backends_file)
         keys = KeyStore.load(args.api_keys_file, args.api_key)
+        build_policies(args.routing)  # fail at start, not at the first request
     except (ValueError, OSError) as exc:
         print(f"specgw: error: {exc}", file=sys.stderr)
         return 2
-    engine = None if remotes else SpecEngine(settings, poll_interval_s=args.poll_interval)
-    config = GatewayConfig(args.max_concurrency, args.max_queue, args.api_key, keys)
-    app = create_app(engine, config, remotes)
+    config = GatewayConfig(args.max_concurrency, args.max_queue, args.api_key, keys,
+                           args.routing)
+    app = create_app(None if remotes else local_engine(settings, args.poll_interval),
+                     config, remotes)
+    engine = app.state.engine
     what = f"router over {[r.name for r in remotes]}" if remotes else settings.model_name
     log.info("serving %s on http://%s:%d (ready at /ready)", what, args.host, args.port)
     server = make_server(app, args.host, args.port, args.log_level, args.drain_timeout)
     server.run()
     return 1 if engine is not None and engine.start_error else 0
+
+
+def local_engine(settings: EngineSettings, poll_interval: float):
+    """The in-process engine. Imported here, not at module level: router mode
+    (``--backend``) never loads engine_ext.engine, let alone vLLM."""
+    from engine_ext.engine import SpecEngine
+
+    return SpecEngine(settings, poll_interval_s=poll_interval)
 
 
 def make_server(app, host: str, port: int, log_level: str = "info",

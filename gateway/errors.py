@@ -59,10 +59,10 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        from monitoring import metrics as m
+        from gateway.context import count_rejected
 
         # Rejected before routing, so the model is not trusted as a label value.
-        m.REQUESTS.labels("unknown", ENDPOINTS.get(request.url.path, "other"), "400").inc()
+        count_rejected(ENDPOINTS.get(request.url.path, "other"), "400")
         errs = exc.errors()
         first = errs[0] if errs else {}
         if first.get("type") == "missing" and tuple(first.get("loc", ())) == ("body",):

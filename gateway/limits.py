@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 from gateway.errors import OpenAIError
 
@@ -16,8 +14,9 @@ class ConcurrencyLimiter:
         self._sem = asyncio.Semaphore(max_concurrency)
         self.waiting = 0
 
-    @asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
+    async def acquire(self) -> None:
+        """Wait for a slot; 429 at once when the wait queue is full. The caller owns
+        the slot until :meth:`release` (the request context releases it exactly once)."""
         if self._sem.locked() and self.waiting >= self.max_queue:
             raise OpenAIError(
                 f"Server is at capacity ({self.max_concurrency} in flight, "
@@ -29,7 +28,6 @@ class ConcurrencyLimiter:
             await self._sem.acquire()
         finally:
             self.waiting -= 1
-        try:
-            yield
-        finally:
-            self._sem.release()
+
+    def release(self) -> None:
+        self._sem.release()

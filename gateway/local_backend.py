@@ -1,25 +1,26 @@
-"""The in-process vLLM engine as a backend: prompt rendering, generation, abort.
+"""The in-process engine as a backend: generation, interleaving, abort.
 
-Yields :class:`Delta` events (one per choice per engine output); the HTTP layer turns
-them into OpenAI JSON or SSE. Cancelling the iterator (client gone) aborts the request
-in the engine.
+Yields :class:`Delta` events (one per choice per engine output); the serving classes
+(:mod:`gateway.serving`) turn them into OpenAI JSON or SSE. Closing the iterator early
+(client gone, error) aborts the request in the engine.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from vllm import SamplingParams
-
-from engine_ext.engine import SpecEngine
+from gateway.engine_api import SpecEngine
 from gateway.errors import OpenAIError, invalid
-from gateway.protocol import ChatCompletionRequest, CompletionRequest
-from gateway.sampling import reject_unsupported, sampling_params
+
+if TYPE_CHECKING:
+    from fastapi import Response
+
+    from gateway.context import RequestContext
+    from gateway.serving.base import OpenAIServing
 
 log = logging.getLogger("gateway.local")
 
@@ -37,7 +38,7 @@ class Delta:
 class Prepared:
     request_id: str
     prompts: list[list[int]]
-    params: SamplingParams
+    params: Any  # the engine's sampling parameters (built by SpecEngine.build_sampling_params)
     n: int
     prompt_tokens: int = 0
     prompt_texts: list[str] = field(default_factory=list)
@@ -46,8 +47,9 @@ class Prepared:
 class LocalBackend:
     name = "local"
 
-    def __init__(self, engine: SpecEngine):
+    def __init__(self, engine: SpecEngine, servings: Mapping[str, OpenAIServing]):
         self.engine = engine
+        self.servings = servings  # endpoint ("chat", "completions") -> its serving class
         self.outstanding = 0
 
     @property
@@ -58,63 +60,13 @@ class LocalBackend:
     def healthy(self) -> bool:
         return self.engine.ready
 
-    @property
-    def max_model_len(self) -> int:
-        return self.engine.settings.max_model_len
+    async def handle(self, ctx: RequestContext) -> Response:
+        return await self.servings[ctx.endpoint].serve(ctx, self.generate)
 
-    def _tokenizer(self):
-        return self.engine.engine.get_tokenizer()
-
-    # ------------------------------------------------------------------ prepare
-    async def prepare_chat(self, req: ChatCompletionRequest, stream: bool) -> Prepared:
-        reject_unsupported(req, self.engine.settings.speculative)
-        tok = self._tokenizer()
-        try:
-            messages = [{"role": m.role, "content": m.text()} for m in req.messages]
-        except ValueError as exc:
-            raise invalid(str(exc), param="messages") from exc
-        try:
-            text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        except Exception as exc:  # template errors are the caller's messages' fault
-            raise invalid(f"could not apply the chat template: {exc}", param="messages") from exc
-        ids = tok.encode(text, add_special_tokens=False)
-        params = sampling_params(req, len(ids), self.max_model_len, stream, "messages")
-        return Prepared(f"chatcmpl-{uuid.uuid4().hex}", [ids], params, req.n, len(ids), [text])
-
-    async def prepare_completion(self, req: CompletionRequest, stream: bool) -> Prepared:
-        reject_unsupported(req, self.engine.settings.speculative)
-        tok = self._tokenizer()
-        try:
-            raw = req.prompts()
-        except ValueError as exc:
-            raise invalid(str(exc), param="prompt") from exc
-        vocab = len(tok)
-        prompts, texts = [], []
-        for p in raw:
-            if isinstance(p, str):
-                ids = tok.encode(p, add_special_tokens=False)
-                texts.append(p)
-            else:
-                if not p:
-                    raise invalid("prompt: token list must not be empty", param="prompt")
-                if any(t < 0 or t >= vocab for t in p):
-                    raise invalid(f"prompt: token ids must be in [0, {vocab})", param="prompt")
-                ids = list(p)
-                texts.append(tok.decode(ids))
-            if not ids:
-                raise invalid("prompt: must not be empty", param="prompt")
-            prompts.append(ids)
-        longest = max(len(p) for p in prompts)
-        params = sampling_params(req, longest, self.max_model_len, stream, "prompt")
-        return Prepared(f"cmpl-{uuid.uuid4().hex}", prompts, params, req.n,
-                        sum(len(p) for p in prompts), texts)
-
-    # ---------------------------------------------------------------- generate
-    async def _deltas(self, rid: str, ids: list[int], params: SamplingParams,
+    async def _deltas(self, rid: str, ids: list[int], params: Any,
                       base: int) -> AsyncIterator[Delta]:
-        engine = self.engine.engine
         try:
-            async for out in engine.generate({"prompt_token_ids": ids}, params, request_id=rid):
+            async for out in self.engine.generate(ids, params, rid):
                 for o in out.outputs:
                     yield Delta(base + o.index, o.text, list(o.token_ids), o.logprobs,
                                 o.finish_reason)
@@ -123,40 +75,13 @@ class LocalBackend:
         except ValueError as exc:  # vLLM input validation (e.g. logprobs over max)
             raise invalid(str(exc)) from exc
 
-    async def _into(self, deltas: AsyncIterator[Delta], queue: asyncio.Queue) -> None:
-        async for d in deltas:
-            await queue.put(d)
-
-    async def _merged(self, streams: list[AsyncIterator[Delta]]) -> AsyncIterator[Delta]:
-        """Interleave several prompts' deltas (a completions request with a prompt list)."""
-        queue: asyncio.Queue = asyncio.Queue()
-        tasks = [asyncio.create_task(self._into(st, queue)) for st in streams]
-        try:
-            pending = set(tasks)
-            while pending:
-                getter = asyncio.create_task(queue.get())
-                done, _ = await asyncio.wait({getter, *pending},
-                                             return_when=asyncio.FIRST_COMPLETED)
-                if getter in done:
-                    yield getter.result()
-                else:
-                    getter.cancel()
-                for t in done - {getter}:
-                    pending.discard(t)
-                    t.result()  # re-raise engine errors
-            while not queue.empty():
-                yield queue.get_nowait()
-        finally:
-            for t in tasks:
-                t.cancel()
-
     async def generate(self, prep: Prepared) -> AsyncIterator[Delta]:
         rids = [f"{prep.request_id}-{i}" for i in range(len(prep.prompts))]
         streams = [self._deltas(rid, ids, prep.params, i * prep.n)
                    for i, (rid, ids) in enumerate(zip(rids, prep.prompts, strict=True))]
         # One prompt (every chat request, most completions): iterate the engine's stream
         # directly; a queue and a task per token would be pure per-token overhead.
-        source = streams[0] if len(streams) == 1 else self._merged(streams)
+        source = streams[0] if len(streams) == 1 else _merged(streams)
         self.outstanding += 1
         done_all = False
         try:
@@ -168,5 +93,34 @@ class LocalBackend:
             if not done_all:
                 await source.aclose()
                 # The client left (or an error): free the engine's slots now.
-                await self.engine.engine.abort(rids)
+                await self.engine.abort(rids)
                 log.info("aborted %s in the engine", prep.request_id)
+
+
+async def _into(deltas: AsyncIterator[Delta], queue: asyncio.Queue) -> None:
+    async for d in deltas:
+        await queue.put(d)
+
+
+async def _merged(streams: list[AsyncIterator[Delta]]) -> AsyncIterator[Delta]:
+    """Interleave several prompts' deltas (a completions request with a prompt list)."""
+    queue: asyncio.Queue = asyncio.Queue()
+    tasks = [asyncio.create_task(_into(st, queue)) for st in streams]
+    try:
+        pending = set(tasks)
+        while pending:
+            getter = asyncio.create_task(queue.get())
+            done, _ = await asyncio.wait({getter, *pending},
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if getter in done:
+                yield getter.result()
+            else:
+                getter.cancel()
+            for t in done - {getter}:
+                pending.discard(t)
+                t.result()  # re-raise engine errors
+        while not queue.empty():
+            yield queue.get_nowait()
+    finally:
+        for t in tasks:
+            t.cancel()

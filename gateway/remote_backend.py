@@ -1,7 +1,7 @@
 """A remote vLLM (or specgw) OpenAI server as a backend: streaming proxy with health.
 
-Bodies are forwarded as received (after our validation) and responses are passed
-through chunk by chunk, never buffered whole. Failures before the first byte raise
+Bodies are forwarded as received (after our validation) and streamed responses are
+passed through chunk by chunk. Failures before the first byte raise
 :class:`BackendUnavailable` so the caller can fail over; after the first byte the
 stream ends with an OpenAI error event, never a silent truncation.
 """
@@ -16,7 +16,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import httpx
+from fastapi.responses import Response
 
+from gateway.context import RequestContext
+from gateway.errors import OpenAIError
+from gateway.sse import SSEResponse, sse
 from monitoring import metrics as m
 
 log = logging.getLogger("gateway.remote")
@@ -109,6 +113,24 @@ class RemoteBackend:
         self._fails = 0
 
     # ------------------------------------------------------------ proxy
+    async def handle(self, ctx: RequestContext) -> Response:
+        resp, chunks = await self.open(ctx.http.url.path, await ctx.http.json(),
+                                       {"x-request-id": ctx.request_id})
+        ctx.started()
+        status = resp.status_code
+        headers = {"x-backend": self.name}
+        if ctx.stream and status == 200:
+            return SSEResponse(_relay_stream(chunks, ctx), headers=headers,
+                               on_close=lambda: ctx.finish(499))
+        try:
+            content = b"".join([c async for c in chunks])
+        except Exception as exc:
+            raise OpenAIError(f"backend {self.name} failed mid-response: "
+                              f"{type(exc).__name__}", 502, "backend_error") from exc
+        ctx.finish(status)
+        return Response(content, status_code=status, headers=headers,
+                        media_type=resp.headers.get("content-type", "application/json"))
+
     async def open(self, path: str, body: dict, headers: dict[str, str]
                    ) -> tuple[httpx.Response, AsyncIterator[bytes]]:
         """Send the request; return once the backend answered with its status line.
@@ -150,3 +172,30 @@ class RemoteBackend:
         m.BACKEND_IN_FLIGHT.labels(self.name).dec()
         m.BACKEND_REQUESTS.labels(self.name, status).inc()
         m.BACKEND_LATENCY.labels(self.name).observe(time.perf_counter() - t0)
+
+
+def _sse_error(message: str) -> bytes:
+    err = OpenAIError(message, 502, "backend_error", None, "backend_stream_interrupted")
+    return sse(err.body()) + sse("[DONE]")
+
+
+async def _relay_stream(chunks: AsyncIterator[bytes], ctx: RequestContext
+                        ) -> AsyncIterator[bytes]:
+    """Pass SSE bytes through as they come. If the backend dies mid-stream, end the
+    client's stream with an error event: a truncated answer must never look complete."""
+    status = 200
+    tail = b""
+    try:
+        async for chunk in chunks:
+            tail = (tail + chunk)[-64:]
+            yield chunk
+        if b"[DONE]" not in tail:
+            status = 502
+            yield _sse_error("backend closed the stream before [DONE]")
+    except Exception as exc:
+        status = 502
+        log.warning("backend stream interrupted: %s", exc)
+        yield _sse_error(f"backend stream interrupted: {type(exc).__name__}")
+    finally:
+        ctx.finish(status)
+        await chunks.aclose()  # type: ignore[attr-defined]  # frees the backend connection now

@@ -1,16 +1,29 @@
-"""Pick the backend for a request: by model name, then the healthy backend with the
-fewest outstanding requests (power of two choices when there are more than two)."""
+"""Pick the backend for a request: by model name, then by a chain of routing policies.
+
+A policy is a small unit behind one protocol: it gets the healthy candidates and the
+request's routing key and returns its choice, or None to let the next policy decide.
+The default chain is session affinity (when the request has a key), then the least
+outstanding of two random choices. :func:`build_policies` makes a chain from names.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import random
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from gateway.errors import OpenAIError, model_not_found
 
+if TYPE_CHECKING:
+    from fastapi import Response
+
+    from gateway.context import RequestContext
+
 
 class Backend(Protocol):
+    """Where a request runs: the in-process engine or a remote OpenAI server."""
+
     name: str
     outstanding: int
 
@@ -20,11 +33,70 @@ class Backend(Protocol):
     @property
     def healthy(self) -> bool: ...
 
+    async def handle(self, ctx: RequestContext) -> Response:
+        """Serve the request. Raises ``BackendUnavailable`` only before anything was
+        sent to the backend's engine, so the caller may retry elsewhere."""
+        ...
+
+
+class RoutingPolicy(Protocol):
+    name: str
+
+    def choose(self, candidates: Sequence[Backend], key: str | None) -> Backend | None: ...
+
+
+class SessionAffinity:
+    """The same key always lands on the same healthy backend (rendezvous hashing), so
+    losing one backend moves only its own sessions. No key: no opinion."""
+
+    name = "session-affinity"
+
+    def choose(self, candidates: Sequence[Backend], key: str | None) -> Backend | None:
+        if not key:
+            return None
+        return max(candidates, key=lambda b: hashlib.blake2b(
+            f"{key}|{b.name}".encode(), digest_size=8).digest())
+
+
+class LeastOutstanding:
+    """Fewest requests in flight; among more than two candidates, of two random ones
+    (power of two choices: near-best balance without herding on one backend)."""
+
+    name = "least-outstanding"
+
+    def __init__(self, rng: random.Random | None = None):
+        self.rng = rng or random.Random()
+
+    def choose(self, candidates: Sequence[Backend], key: str | None) -> Backend | None:
+        pool = list(candidates)
+        if len(pool) > 2:
+            pool = self.rng.sample(pool, 2)
+        return min(pool, key=lambda b: b.outstanding)
+
+
+POLICIES: dict[str, Callable[[], RoutingPolicy]] = {
+    SessionAffinity.name: SessionAffinity,
+    LeastOutstanding.name: LeastOutstanding,
+}
+DEFAULT_POLICIES = "session-affinity,least-outstanding"
+
+
+def build_policies(spec: str = DEFAULT_POLICIES) -> list[RoutingPolicy]:
+    """``"a,b"`` -> [a(), b()]. When every policy passes, the first healthy backend
+    is taken, so a chain may end in one that sometimes has no opinion."""
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    unknown = [n for n in names if n not in POLICIES]
+    if not names or unknown:
+        raise ValueError(f"routing policies must be some of {sorted(POLICIES)}, "
+                         f"got {spec!r}")
+    return [POLICIES[n]() for n in names]
+
 
 class Router:
-    def __init__(self, backends: list[Backend], rng: random.Random | None = None):
-        self.backends = backends
-        self.rng = rng or random.Random()
+    def __init__(self, backends: Sequence[Backend],
+                 policies: Sequence[RoutingPolicy] | None = None):
+        self.backends = list(backends)
+        self.policies = list(policies) if policies is not None else build_policies()
 
     def models(self) -> list[str]:
         seen: dict[str, None] = {}
@@ -39,14 +111,11 @@ class Router:
         if not serving:
             raise model_not_found(model)
         healthy = [b for b in serving if b.healthy and b.name not in exclude]
-        if affinity and healthy:
-            # Session affinity: a stable choice among the healthy backends (rendezvous
-            # hashing), so losing one backend moves only its own sessions.
-            return max(healthy, key=lambda b: hashlib.blake2b(
-                f"{affinity}|{b.name}".encode(), digest_size=8).digest())
         if not healthy:
             raise OpenAIError(f"No healthy backend for model `{model}` right now.", 503,
                               "service_unavailable", "model", "backend_unavailable")
-        if len(healthy) > 2:
-            healthy = self.rng.sample(healthy, 2)
-        return min(healthy, key=lambda b: b.outstanding)
+        for policy in self.policies:
+            chosen = policy.choose(healthy, affinity)
+            if chosen is not None:
+                return chosen
+        return healthy[0]

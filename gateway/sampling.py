@@ -1,9 +1,12 @@
-"""OpenAI request -> vLLM ``SamplingParams`` (and the prompt-length check)."""
+"""OpenAI request -> ``SamplingParams`` keyword arguments (and the prompt-length check).
+
+A plain dict: the engine (``SpecEngine.build_sampling_params``) makes vLLM's type of it,
+so this module, like the rest of the gateway, never imports vLLM.
+"""
 
 from __future__ import annotations
 
-from vllm import SamplingParams
-from vllm.sampling_params import RequestOutputKind
+from typing import Any
 
 from gateway.errors import invalid
 from gateway.protocol import ChatCompletionRequest, CompletionRequest
@@ -34,13 +37,13 @@ def reject_unsupported(req: ChatCompletionRequest | CompletionRequest, speculati
                           code="unsupported_parameter")
 
 
-def sampling_params(
+def sampling_kwargs(
     req: ChatCompletionRequest | CompletionRequest,
     prompt_len: int,
     max_model_len: int,
     stream: bool,
     prompt_param: str,
-) -> SamplingParams:
+) -> dict[str, Any]:
     room = max_model_len - prompt_len
     limit = req.output_limit
     if room <= 0 or (limit is not None and limit > room):
@@ -56,7 +59,7 @@ def sampling_params(
         logprobs = (req.top_logprobs or 0) if req.logprobs else None
     else:
         logprobs = req.logprobs
-    kwargs = dict(
+    kwargs: dict[str, Any] = dict(
         n=req.n,
         max_tokens=limit if limit is not None else room,
         stop=req.stop_list() or None,
@@ -64,7 +67,7 @@ def sampling_params(
         logprobs=logprobs,
         ignore_eos=req.ignore_eos,
         min_tokens=req.min_tokens,
-        output_kind=RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY,
+        output_kind="delta" if stream else "final_only",
     )
     optional = {
         "temperature": req.temperature,
@@ -76,7 +79,4 @@ def sampling_params(
         "repetition_penalty": req.repetition_penalty,
     }
     kwargs.update({k: v for k, v in optional.items() if v is not None})
-    try:
-        return SamplingParams(**kwargs)
-    except (ValueError, TypeError) as exc:
-        raise invalid(str(exc)) from exc
+    return kwargs

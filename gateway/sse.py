@@ -3,12 +3,15 @@
 Starlette's StreamingResponse stops iterating when the client disconnects but leaves
 the body generator suspended until it is garbage-collected, so the generator's cleanup
 (abort the engine request, count the disconnect, release the concurrency slot) would run
-late or never. ``SSEResponse`` closes it as soon as the response ends, however it ends.
+late or never. ``SSEResponse`` closes it as soon as the response ends, however it ends,
+then calls ``on_close`` (a backstop for a body that never started: its own cleanup
+would not run).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
@@ -24,8 +27,10 @@ def sse(obj: dict | str) -> bytes:
 class SSEResponse(StreamingResponse):
     media_type = "text/event-stream"
 
-    def __init__(self, content, headers: dict[str, str] | None = None):
+    def __init__(self, content, headers: dict[str, str] | None = None,
+                 on_close: Callable[[], None] | None = None):
         super().__init__(content, headers={**SSE_HEADERS, **(headers or {})})
+        self.on_close = on_close
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -34,3 +39,5 @@ class SSEResponse(StreamingResponse):
             aclose = getattr(self.body_iterator, "aclose", None)
             if aclose is not None:
                 await aclose()
+            if self.on_close is not None:
+                self.on_close()

@@ -89,6 +89,38 @@ def test_unsupported_parameters_are_refused(client):
             {"type": "image_url", "image_url": {"url": "data:,"}}]}])
 
 
+TOOL = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+
+
+@pytest.mark.parametrize(
+    ("path", "payload", "param"),
+    [
+        ("/v1/chat/completions", {"logit_bias": {"5": 10}}, "logit_bias"),
+        ("/v1/completions", {"logit_bias": {"5": 10}}, "logit_bias"),
+        ("/v1/chat/completions", {"min_p": 0.1}, "min_p"),  # refused with speculation
+        ("/v1/chat/completions", {"tools": TOOL}, "tools"),
+        ("/v1/completions", {"suffix": "\n"}, "suffix"),
+        ("/v1/completions", {"best_of": 3, "n": 2}, "best_of"),
+    ],
+)
+def test_each_refused_parameter_names_itself(base_url, path, payload, param):
+    import json
+
+    body = {"model": MODEL, "max_tokens": 2, **payload}
+    body.update({"messages": MSG} if "chat" in path else {"prompt": "def"})
+    err = assert_openai_error(post(base_url, path, json.dumps(body)), 400, param,
+                              "unsupported_parameter")
+    assert param in err["message"]
+
+
+def test_values_the_engine_refuses_are_400_not_500(client):
+    """Checked by vLLM's SamplingParams, not by our schema: still the caller's fault."""
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=MODEL, prompt="def", max_tokens=2,
+                                  extra_body={"top_k": -5})
+    assert "top_k" in e.value.body["message"]
+
+
 def test_unknown_route_and_method(base_url):
     assert_openai_error(httpx.get(f"{base_url}/v1/nothing"), 404)
     assert_openai_error(httpx.get(f"{base_url}/v1/chat/completions"), 405)

@@ -74,18 +74,38 @@ def query(prom: str, expr: str) -> dict:
     return r.json()
 
 
-def test_every_dashboard_query_returns_data(prometheus, base_url):
-    burst(base_url)
-    time.sleep(6)  # a few 1 s scrapes after the burst, so rate() has its two samples
-    burst(base_url)
-    time.sleep(4)
+def wait_for_scrapes(prom: str, n: int = 2, timeout: float = 30.0) -> None:
+    """Until Prometheus has scraped the gateway ``n`` more times (1 s interval)."""
+    def last_scrape() -> float:
+        res = query(prom, "max(timestamp(up))")["data"]["result"]
+        return float(res[0]["value"][1]) if res else 0.0
+
+    since, deadline = time.time(), time.monotonic() + timeout
+    while last_scrape() < since + n - 0.5:
+        assert time.monotonic() < deadline, f"fewer than {n} scrapes in {timeout}s"
+        time.sleep(0.2)
+
+
+def dashboard_gaps(prom: str) -> tuple[list, list]:
     empty, failed = [], []
     for title, expr in all_queries():
-        res = query(prometheus, substitute(expr, RATE_WINDOW))
+        res = query(prom, substitute(expr, RATE_WINDOW))
         if res.get("status") != "success":
             failed.append((title, res.get("error")))
         elif not res["data"]["result"]:
             empty.append((title, expr))
+    return empty, failed
+
+
+def test_every_dashboard_query_returns_data(prometheus, base_url):
+    burst(base_url)
+    wait_for_scrapes(prometheus)  # so rate() has two samples around the burst
+    burst(base_url)
+    wait_for_scrapes(prometheus)
+    deadline = time.monotonic() + 30  # a slow scrape can lag behind: poll, bounded
+    while (gaps := dashboard_gaps(prometheus)) != ([], []) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    empty, failed = gaps
     assert not failed, failed
     assert not empty, empty
     # The numbers themselves: CPU drafter never replays, acceptance length > 1.

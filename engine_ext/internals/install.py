@@ -155,7 +155,7 @@ def _graph_probes(ledger: Ledger) -> None:
                ledger)
 
 
-def install(table: InternalsTable, ledger: Ledger = LEDGER) -> Ledger:
+def install(table: InternalsTable, ledger: Ledger = LEDGER) -> Ledger:  # noqa: C901  (one patch per table entry)
     _graph_probes(ledger)
     fc = table.forward_context_name
 

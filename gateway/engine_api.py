@@ -1,0 +1,80 @@
+"""What the gateway needs from the in-process engine, as a Protocol.
+
+The gateway never imports vLLM: sampling parameters travel as a plain dict of
+``SamplingParams`` keyword arguments, and the engine (``engine_ext.engine.SpecEngine``)
+turns them into vLLM types. So ``specgw serve --backend ...`` (router mode) runs
+without vLLM installed or loaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+
+class Tokenizer(Protocol):
+    """The slice of the engine's (Hugging Face style) tokenizer the gateway uses."""
+
+    def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+    def apply_chat_template(self, messages: list[dict], **kwargs: Any) -> Any: ...
+
+    def __len__(self) -> int: ...
+
+
+class CompletionOutput(Protocol):
+    """One choice of an engine output (vLLM's ``CompletionOutput``)."""
+
+    index: int
+    text: str
+    token_ids: Sequence[int]
+    logprobs: list[dict[int, Any]] | None
+    finish_reason: str | None
+
+
+class RequestOutput(Protocol):
+    outputs: Sequence[CompletionOutput]
+
+
+@runtime_checkable
+class SpecEngine(Protocol):
+    """The in-process engine. ``sampling`` dicts may carry ``output_kind`` as
+    ``"delta"`` or ``"final_only"`` and ``structured_outputs`` as a plain dict."""
+
+    start_error: str | None
+    self_check: dict[str, Any] | None
+
+    @property
+    def model_name(self) -> str: ...
+
+    @property
+    def max_model_len(self) -> int: ...
+
+    @property
+    def speculative(self) -> bool: ...
+
+    @property
+    def ready(self) -> bool: ...
+
+    @property
+    def errored(self) -> bool: ...
+
+    async def start(self) -> None: ...
+
+    async def shutdown(self) -> None: ...
+
+    async def refresh_probes(self) -> list[dict]: ...
+
+    @property
+    def tokenizer(self) -> Tokenizer: ...
+
+    def build_sampling_params(self, kwargs: dict[str, Any]) -> Any:
+        """Raises ``ValueError``/``TypeError`` for parameters the engine refuses."""
+        ...
+
+    def generate(self, prompt_token_ids: list[int], params: Any,
+                 request_id: str) -> AsyncIterator[RequestOutput]: ...
+
+    async def abort(self, request_ids: list[str]) -> None: ...

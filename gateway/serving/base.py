@@ -1,0 +1,150 @@
+"""What every local serving class shares: sampling parameters from the engine, the
+non-streaming answer (aborted if the client leaves) and the SSE stream."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Callable
+from typing import Any, ClassVar, Protocol
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+
+from gateway.context import RequestContext
+from gateway.engine_api import SpecEngine
+from gateway.errors import OpenAIError, invalid
+from gateway.local_backend import Delta, Prepared
+from gateway.openai_format import usage
+from gateway.sampling import sampling_kwargs
+from gateway.sse import SSEResponse, sse
+from monitoring import metrics as m
+
+log = logging.getLogger("gateway.serving")
+
+Generate = Callable[[Prepared], AsyncIterator[Delta]]
+
+
+class Formatter(Protocol):
+    def chunk(self, d: Delta) -> dict: ...
+
+    def usage_chunk(self, u: dict) -> dict: ...
+
+    def full(self, finals: dict[int, Delta], u: dict) -> dict: ...
+
+
+class OpenAIServing(ABC):
+    endpoint: ClassVar[str]
+
+    def __init__(self, engine: SpecEngine):
+        self.engine = engine
+
+    @abstractmethod
+    async def prepare(self, req: Any) -> Prepared:
+        """Validate what the schema cannot, render the prompt, build sampling params."""
+
+    @abstractmethod
+    def formatter(self, req: Any, prep: Prepared) -> Formatter: ...
+
+    def sampling(self, req: Any, prompt_len: int, prompt_param: str) -> Any:
+        kwargs = sampling_kwargs(req, prompt_len, self.engine.max_model_len, req.stream,
+                                 prompt_param)
+        try:
+            return self.engine.build_sampling_params(kwargs)
+        except (ValueError, TypeError) as exc:
+            raise invalid(str(exc)) from exc
+
+    async def serve(self, ctx: RequestContext, generate: Generate) -> Response:
+        prep = await self.prepare(ctx.body)
+        fmt = self.formatter(ctx.body, prep)
+        ctx.started()
+        if ctx.stream:
+            return SSEResponse(self._events(ctx, prep, fmt, generate),
+                               on_close=lambda: ctx.finish(499))
+        finals: dict[int, Delta] = {}
+        async for d in watch_disconnect(ctx.http, generate(prep), ctx.model):
+            finals[d.index] = d
+        completion = sum(len(d.token_ids) for d in finals.values())
+        body = fmt.full(finals, usage(prep.prompt_tokens, completion))
+        ctx.finish(200)
+        return JSONResponse(body)
+
+    async def _events(self, ctx: RequestContext, prep: Prepared, fmt: Formatter,
+                      generate: Generate) -> AsyncIterator[bytes]:
+        status, finished = 200, False
+        gen = generate(prep)
+        try:
+            completion, clock = 0, _TokenClock(ctx)
+            async for d in gen:
+                clock.tick(len(d.token_ids))
+                completion += len(d.token_ids)
+                yield sse(fmt.chunk(d))
+            if ctx.body.include_usage:
+                yield sse(fmt.usage_chunk(usage(prep.prompt_tokens, completion)))
+            yield sse("[DONE]")
+            finished = True
+        except Exception as exc:  # the stream already started: end it with an error event
+            err = exc if isinstance(exc, OpenAIError) else _internal(exc)
+            status = err.status
+            yield sse(err.body())
+            yield sse("[DONE]")
+            finished = True
+        finally:
+            if not finished:
+                status = 499
+                m.ABORTS.labels(ctx.model).inc()
+            await gen.aclose()
+            ctx.finish(status)
+
+
+def _internal(exc: Exception) -> OpenAIError:
+    log.error("stream failed", exc_info=exc)
+    return OpenAIError(f"stream failed: {type(exc).__name__}", 500, "internal_server_error")
+
+
+class _TokenClock:
+    """Time to first token and inter-token latency, as the deltas pass."""
+
+    def __init__(self, ctx: RequestContext):
+        self.ctx = ctx
+        self.ttft = m.TTFT.labels(ctx.model, ctx.endpoint)
+        self.itl = m.ITL.labels(ctx.model, ctx.endpoint)  # resolved once: runs per token
+        self.last: float | None = None
+
+    def tick(self, tokens: int) -> None:
+        if not tokens:
+            return
+        now = time.perf_counter()
+        if self.last is None:
+            self.ttft.observe(now - self.ctx.t0)
+        else:
+            self.itl.observe((now - self.last) / tokens)
+        self.last = now
+
+
+async def watch_disconnect(request: Request, it: AsyncIterator[Delta], model: str
+                           ) -> AsyncIterator[Delta]:
+    """Non-streaming: abort the engine request if the client goes away."""
+    async def disconnected() -> None:
+        while not await request.is_disconnected():
+            await asyncio.sleep(0.25)
+
+    watcher = asyncio.create_task(disconnected())
+    try:
+        while True:
+            nxt = asyncio.ensure_future(it.__anext__())
+            done, _ = await asyncio.wait({nxt, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            if nxt in done:
+                try:
+                    yield nxt.result()
+                except StopAsyncIteration:
+                    return
+            else:
+                nxt.cancel()
+                m.ABORTS.labels(model).inc()
+                raise OpenAIError("Client disconnected", 499, "client_disconnected")
+    finally:
+        watcher.cancel()
+        await it.aclose()

@@ -1,0 +1,51 @@
+"""``POST /v1/completions`` on the in-process engine."""
+
+from __future__ import annotations
+
+import uuid
+
+from gateway.engine_api import Tokenizer
+from gateway.errors import invalid
+from gateway.local_backend import Prepared
+from gateway.openai_format import CompletionFormatter
+from gateway.protocol import CompletionRequest
+from gateway.sampling import reject_unsupported
+from gateway.serving.base import OpenAIServing
+
+
+def encode_prompt(tok: Tokenizer, prompt: str | list[int], vocab: int) -> tuple[list[int], str]:
+    """One prompt (text or token ids) -> (token ids, its text)."""
+    if isinstance(prompt, str):
+        ids, text = tok.encode(prompt, add_special_tokens=False), prompt
+    else:
+        if not prompt:
+            raise invalid("prompt: token list must not be empty", param="prompt")
+        if any(t < 0 or t >= vocab for t in prompt):
+            raise invalid(f"prompt: token ids must be in [0, {vocab})", param="prompt")
+        ids = list(prompt)
+        text = tok.decode(ids)
+    if not ids:
+        raise invalid("prompt: must not be empty", param="prompt")
+    return ids, text
+
+
+class CompletionServing(OpenAIServing):
+    endpoint = "completions"
+
+    async def prepare(self, req: CompletionRequest) -> Prepared:
+        reject_unsupported(req, self.engine.speculative)
+        tok = self.engine.tokenizer
+        try:
+            raw = req.prompts()
+        except ValueError as exc:
+            raise invalid(str(exc), param="prompt") from exc
+        vocab = len(tok)
+        encoded = [encode_prompt(tok, p, vocab) for p in raw]
+        prompts = [ids for ids, _ in encoded]
+        params = self.sampling(req, max(len(p) for p in prompts), "prompt")
+        return Prepared(f"cmpl-{uuid.uuid4().hex}", prompts, params, req.n,
+                        sum(len(p) for p in prompts), [text for _, text in encoded])
+
+    def formatter(self, req: CompletionRequest, prep: Prepared) -> CompletionFormatter:
+        return CompletionFormatter(prep.request_id, req.model, req.logprobs,
+                                   prep.prompt_texts if req.echo else None, req.n)

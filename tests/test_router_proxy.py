@@ -1,0 +1,176 @@
+"""The router path without any engine: ``specgw serve --backend`` in front of a tiny real
+upstream HTTP server on 127.0.0.1 whose streams misbehave on request. Covers the
+limiter's 429, a backend stream that breaks or ends before [DONE], a non-streamed
+answer that breaks mid-body (counted once), and that router mode never imports vLLM."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import uvicorn
+from conftest import Server, free_port, metric_sum, scrape
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.routing import Route
+
+UP_MODEL = "upstream-model"
+RELEASE = threading.Event()  # lets a "hold" stream finish
+
+
+def _chunk(i: int) -> bytes:
+    obj = {"id": "cmpl-up", "object": "text_completion", "created": 0, "model": UP_MODEL,
+           "choices": [{"index": 0, "text": f"tok{i}", "logprobs": None,
+                        "finish_reason": None}]}
+    return f"data: {json.dumps(obj)}\n\n".encode()
+
+
+async def _stream(mode: str):
+    yield _chunk(0)
+    yield _chunk(1)
+    if mode == "drop":  # the server dies mid-stream: the connection breaks
+        raise ConnectionAbortedError("upstream died")
+    if mode == "hold":
+        await asyncio.to_thread(RELEASE.wait, 60)
+        yield b"data: [DONE]\n\n"
+    # mode "end": a clean close, but without [DONE]
+
+
+async def completions(request: Request):
+    body = await request.json()
+    mode = body["prompt"]
+    if body.get("stream"):
+        return StreamingResponse(_stream(mode), media_type="text/event-stream")
+    if mode == "drop":
+        async def partial():
+            yield b'{"id": "cmpl-up", "choices": ['
+            raise ConnectionAbortedError("upstream died")
+        return StreamingResponse(partial(), media_type="application/json")
+    return JSONResponse({"id": "cmpl-up", "object": "text_completion", "model": UP_MODEL,
+                         "choices": [{"index": 0, "text": "ok", "finish_reason": "stop"}]})
+
+
+UPSTREAM = Starlette(routes=[
+    Route("/health", lambda _: JSONResponse({"status": "ok"})),
+    Route("/v1/models", lambda _: JSONResponse({"data": [{"id": UP_MODEL}]})),
+    Route("/v1/completions", completions, methods=["POST"]),
+])
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[str]:
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(UPSTREAM, host="127.0.0.1", port=port,
+                                           log_level="critical"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "upstream did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        RELEASE.set()
+        server.should_exit = True
+        thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def router(upstream: str) -> Iterator[Server]:
+    # PYTHONPROFILEIMPORTTIME: the process logs every module it imports (to stderr,
+    # which Server writes to its log), so the test can see that vLLM never loaded.
+    srv = Server("router-proxy", ["--log-format", "text", "--backend", f"up={upstream}",
+                                  "--max-concurrency", "1", "--max-queue", "0"],
+                 env={"PYTHONPROFILEIMPORTTIME": "1"})
+    try:
+        srv.wait_ready(60)
+        yield srv
+    finally:
+        srv.stop()
+
+
+def sse_events(r: httpx.Response) -> list[str]:
+    return [ln[len("data: "):] for ln in r.iter_lines() if ln.startswith("data: ")]
+
+
+def completion(mode: str, stream: bool) -> dict:
+    return {"model": UP_MODEL, "prompt": mode, "max_tokens": 4, "stream": stream}
+
+
+def requests_total(url: str, status: str) -> float:
+    return metric_sum(scrape(url), "specgw_requests_total", model=UP_MODEL,
+                      endpoint="completions", status=status)
+
+
+@pytest.mark.parametrize("mode", ["drop", "end"])
+def test_stream_cut_before_done_ends_with_error_event(router, mode):
+    before = requests_total(router.url, "502")
+    with httpx.stream("POST", f"{router.url}/v1/completions", json=completion(mode, True),
+                      timeout=30) as r:
+        assert r.status_code == 200 and r.headers["x-backend"] == "up"
+        events = sse_events(r)
+    assert events[-1] == "[DONE]"
+    relayed = [json.loads(e) for e in events[:-2]]
+    assert [c["choices"][0]["text"] for c in relayed] == ["tok0", "tok1"]
+    err = json.loads(events[-2])["error"]
+    assert err["type"] == "backend_error" and err["code"] == "backend_stream_interrupted"
+    assert set(err) == {"message", "type", "param", "code"}
+    assert requests_total(router.url, "502") == before + 1
+
+
+def test_non_stream_broken_mid_body_is_502_counted_once(router):
+    before = requests_total(router.url, "502")
+    r = httpx.post(f"{router.url}/v1/completions", json=completion("drop", False), timeout=30)
+    assert r.status_code == 502, r.text
+    assert r.json()["error"]["type"] == "backend_error"
+    assert requests_total(router.url, "502") == before + 1
+    ok = httpx.post(f"{router.url}/v1/completions", json=completion("fine", False), timeout=30)
+    assert ok.status_code == 200 and ok.json()["choices"][0]["text"] == "ok"
+
+
+def test_limiter_refuses_with_429_when_full_then_recovers(router):
+    """--max-concurrency 1 --max-queue 0: while one stream holds the only slot, the next
+    request is refused at once with an OpenAI 429; after it ends, requests pass again."""
+    RELEASE.clear()
+    before = requests_total(router.url, "429")
+    with httpx.stream("POST", f"{router.url}/v1/completions", json=completion("hold", True),
+                      timeout=60) as held:
+        lines = held.iter_lines()
+        assert next(ln for ln in lines if ln.startswith("data: ")).startswith("data: {")
+        s = scrape(router.url)
+        assert metric_sum(s, "specgw_requests_in_flight", model=UP_MODEL) == 1
+        r = httpx.post(f"{router.url}/v1/completions", json=completion("fine", False),
+                       timeout=30)
+        assert r.status_code == 429, r.text
+        assert r.json()["error"]["code"] == "server_overloaded"
+        assert r.headers["Retry-After"] == "1" and r.headers["x-request-id"]
+        RELEASE.set()
+        assert [ln for ln in lines if ln.startswith("data: ")][-1] == "data: [DONE]"
+    assert requests_total(router.url, "429") == before + 1
+    deadline = time.monotonic() + 10  # the slot is freed when the relay ends
+    while metric_sum(scrape(router.url), "specgw_requests_in_flight", model=UP_MODEL):
+        assert time.monotonic() < deadline, "the held request never released its slot"
+        time.sleep(0.05)
+    ok = httpx.post(f"{router.url}/v1/completions", json=completion("fine", False), timeout=30)
+    assert ok.status_code == 200
+
+
+def test_router_mode_never_imports_vllm(router):
+    """Runs after the other tests of this module, so every lazy import on the routed
+    path (dispatch, proxy, metrics scrape) has happened by now."""
+    assert httpx.post(f"{router.url}/v1/completions", json=completion("fine", False),
+                      timeout=30).status_code == 200
+    log = router.log_path.read_text(errors="replace")
+    imported = set(re.findall(r"^import time:\s+\d+ \|\s+\d+ \|\s*([\w.]+)\s*$", log, re.M))
+    assert {"gateway.remote_backend", "gateway.dispatch", "fastapi"} <= imported, \
+        "import-time log missing: the check below would prove nothing"
+    assert not {m for m in imported if m == "vllm" or m.startswith("vllm.")}
+    assert not {m for m in imported if m in ("torch", "engine_ext.engine")}
