@@ -40,7 +40,7 @@ class GatewayConfig:
     routing: str = DEFAULT_POLICIES  # routing policy chain (gateway.routing.build_policies)
 
 
-def local_backend(engine: SpecEngine) -> LocalBackend:
+def make_local_backend(engine: SpecEngine) -> LocalBackend:
     return LocalBackend(engine, {s.endpoint: s(engine)
                                  for s in (ChatServing, CompletionServing)})
 
@@ -50,7 +50,7 @@ def create_app(engine: SpecEngine | None, config: GatewayConfig | None = None,
     """``engine``: the in-process engine, or None for a pure router over ``remotes``."""
     config = config or GatewayConfig()
     remotes = list(remotes or [])
-    router = Router([*([local_backend(engine)] if engine else []), *remotes],
+    router = Router([*([make_local_backend(engine)] if engine else []), *remotes],
                     build_policies(config.routing))
     limiter = ConcurrencyLimiter(config.max_concurrency, config.max_queue)
     app = FastAPI(title="specgw", version="0.1.0", lifespan=lifespan)

@@ -20,7 +20,7 @@ from fastapi.responses import Response
 
 from gateway.context import RequestContext
 from gateway.errors import OpenAIError
-from gateway.sse import SSEResponse, sse
+from gateway.sse import SSEResponse, sse_error
 from monitoring import metrics as m
 
 log = logging.getLogger("gateway.remote")
@@ -174,9 +174,9 @@ class RemoteBackend:
         m.BACKEND_LATENCY.labels(self.name).observe(time.perf_counter() - t0)
 
 
-def _sse_error(message: str) -> bytes:
-    err = OpenAIError(message, 502, "backend_error", None, "backend_stream_interrupted")
-    return sse(err.body()) + sse("[DONE]")
+def _interrupted(message: str) -> bytes:
+    return sse_error(OpenAIError(message, 502, "backend_error", None,
+                                 "backend_stream_interrupted").body())
 
 
 async def _relay_stream(chunks: AsyncIterator[bytes], ctx: RequestContext
@@ -191,11 +191,11 @@ async def _relay_stream(chunks: AsyncIterator[bytes], ctx: RequestContext
             yield chunk
         if b"[DONE]" not in tail:
             status = 502
-            yield _sse_error("backend closed the stream before [DONE]")
+            yield _interrupted("backend closed the stream before [DONE]")
     except Exception as exc:
         status = 502
         log.warning("backend stream interrupted: %s", exc)
-        yield _sse_error(f"backend stream interrupted: {type(exc).__name__}")
+        yield _interrupted(f"backend stream interrupted: {type(exc).__name__}")
     finally:
         ctx.finish(status)
         await chunks.aclose()  # type: ignore[attr-defined]  # frees the backend connection now

@@ -24,6 +24,12 @@ def sse(obj: dict | str) -> bytes:
     return f"data: {data}\n\n".encode()
 
 
+def sse_error(error_body: dict) -> bytes:
+    """End a stream that already started: the OpenAI error object as an event, then
+    [DONE], so a client never takes a cut-short answer for a complete one."""
+    return sse(error_body) + sse("[DONE]")
+
+
 class SSEResponse(StreamingResponse):
     media_type = "text/event-stream"
 

@@ -19,7 +19,7 @@ from gateway.errors import OpenAIError, invalid
 from gateway.local_backend import Delta, Prepared
 from gateway.openai_format import usage
 from gateway.sampling import sampling_kwargs
-from gateway.sse import SSEResponse, sse
+from gateway.sse import SSEResponse, sse, sse_error
 from monitoring import metrics as m
 
 log = logging.getLogger("gateway.serving")
@@ -88,8 +88,7 @@ class OpenAIServing(ABC):
         except Exception as exc:  # the stream already started: end it with an error event
             err = exc if isinstance(exc, OpenAIError) else _internal(exc)
             status = err.status
-            yield sse(err.body())
-            yield sse("[DONE]")
+            yield sse_error(err.body())
             finished = True
         finally:
             if not finished:
