@@ -13,6 +13,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 from engine_ext.settings import EngineSettings
@@ -165,7 +166,7 @@ class SpecEngine:
             if isinstance(kw.get("structured_outputs"), dict):
                 kw["structured_outputs"] = StructuredOutputsParams(**kw["structured_outputs"])
             return SamplingParams(**kw)
-        except (*_client_errors(), KeyError) as exc:  # KeyError: unknown output_kind
+        except (*_client_errors(), TypeError, KeyError) as exc:  # KeyError: output_kind
             raise ValueError(str(exc)) from exc
 
     async def generate(self, prompt_token_ids: list[int], params: Any,
@@ -173,9 +174,11 @@ class SpecEngine:
         """vLLM's outputs for one prompt; request errors surface as ValueError."""
         engine = self._require_engine()
         try:
-            async for out in engine.generate({"prompt_token_ids": prompt_token_ids}, params,
-                                             request_id=request_id):
-                yield out
+            # aclosing: a caller that stops early closes vLLM's generator now, not at GC.
+            async with aclosing(engine.generate({"prompt_token_ids": prompt_token_ids},
+                                                params, request_id=request_id)) as outs:
+                async for out in outs:
+                    yield out
         except _client_errors() as exc:
             raise ValueError(str(exc)) from exc
 
@@ -277,7 +280,7 @@ def _client_errors() -> tuple[type[Exception], ...]:
     from ValueError; later versions from VLLMClientError, which is not a ValueError."""
     from vllm import exceptions
 
-    return (ValueError, TypeError, getattr(exceptions, "VLLMClientError", ValueError))
+    return (ValueError, getattr(exceptions, "VLLMClientError", ValueError))
 
 
 def _readable_start_error(exc: Exception, s: EngineSettings) -> str:
