@@ -21,6 +21,26 @@ class InternalsTable:
     v2_speculator: tuple[str, str]  # (module, class) owning propose/_run_model
     # Method that fuses the k-1 drafter decode steps into one FULL graph, if any.
     v2_fused_decode_method: str | None
+    # --- issue #13 (per-piece accounting, dispatch rules): one block, keep together.
+    # The static graph wrapper whose PIECEWISE instances are the split graph's pieces.
+    cudagraph_wrapper: tuple[str, str] = ("vllm.compilation.cuda_graph", "CUDAGraphWrapper")
+    # The speculator method capturing its graphs (inside the runner's capture_model).
+    v2_speculator_capture_method: str = "capture"
+    # CompilationMode member for piecewise compile, and its value (``compilation_config``
+    # takes the int).
+    compile_mode: tuple[str, str, str] = ("vllm.config.compilation", "CompilationMode",
+                                          "VLLM_COMPILE")
+    compile_mode_value: int = 3
+    # Dispatch rules read from the sources (shared/notes/vllm-internals.md §1.2-1.3):
+    # runtime modes a V1 drafter dispatcher can hand out (PIECEWISE keys only) ...
+    v1_drafter_modes: tuple[str, ...] = ("PIECEWISE",)
+    # ... MRV2's draft decode steps (FULL only: "PIECEWISE cudagraphs are not supported for
+    # draft decodes") and its first pass: FULL for uniform decode batches, PIECEWISE mixed.
+    v2_draft_step_modes: tuple[str, ...] = ("FULL",)
+    v2_first_pass_uniform_mode: str = "FULL"
+    v2_first_pass_mixed_mode: str = "PIECEWISE"
+    # Source text that must still be there for those rules to hold: (module, snippet).
+    dispatch_rule_sources: tuple[tuple[str, str], ...] = ()
     # Methods that only warm up, profile or capture (never counted as serving work).
     suppressed_runner_methods: tuple[str, ...] = ("_dummy_run", "profile_run", "capture_model")
     suppressed_proposer_methods: tuple[str, ...] = ("dummy_run",)
@@ -59,4 +79,32 @@ class InternalsTable:
         has(self.v2_speculator[0], self.forward_context_name)
         if self.v2_fused_decode_method:
             has(*self.v2_speculator, self.v2_fused_decode_method)
+        # --- issue #13 block
+        has(*self.cudagraph_wrapper, "__call__")
+        has(*self.cudagraph_wrapper, "__init__")
+        has(*self.v2_speculator, self.v2_speculator_capture_method)
+        has(*self.compile_mode)
+        has("vllm.config.compilation", "CUDAGraphMode", "mixed_mode")
+        has("vllm.config.compilation", "CUDAGraphMode", "decode_mode")
         return found
+
+    def compile_mode_matches(self) -> bool:
+        """The installed vLLM's VLLM_COMPILE has the value we hand ``compilation_config``."""
+        import importlib
+
+        mod, cls, member = self.compile_mode
+        value = getattr(getattr(importlib.import_module(mod), cls), member)
+        return int(value) == self.compile_mode_value
+
+    def dispatch_rules_hold(self) -> dict[str, bool]:
+        """Each source snippet the dispatch rules rest on, found or not (source text, so
+        MRV2 modules count even where they cannot import without Triton)."""
+        import importlib.util
+        from pathlib import Path
+
+        out: dict[str, bool] = {}
+        for mod, snippet in self.dispatch_rule_sources:
+            spec = importlib.util.find_spec(mod)
+            text = Path(spec.origin).read_text() if spec and spec.origin else ""
+            out[f"{mod}: {snippet}"] = snippet in text
+        return out

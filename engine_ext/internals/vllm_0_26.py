@@ -20,4 +20,13 @@ TABLE = InternalsTable(
         "AutoRegressiveSpeculator",
     ),
     v2_fused_decode_method=None,
+    # --- issue #13 block (pieces, dispatch rules)
+    dispatch_rule_sources=(
+        ("vllm.v1.spec_decode.llm_base_proposer",
+         "eagle_cudagraph_mode = CUDAGraphMode.PIECEWISE"),
+        ("vllm.v1.worker.gpu.spec_decode.autoregressive.speculator",
+         "PIECEWISE cudagraphs are not supported for draft decodes"),
+        ("vllm.v1.worker.gpu.spec_decode.autoregressive.speculator",
+         "prefill_cudagraph_manager.run_pw_graph("),
+    ),
 )

@@ -22,4 +22,13 @@ TABLE = InternalsTable(
         "TargetDependentARSpeculator",
     ),
     v2_fused_decode_method="_fused_multi_step_decode",
+    # --- issue #13 block (pieces, dispatch rules)
+    dispatch_rule_sources=(
+        ("vllm.v1.spec_decode.llm_base_proposer",
+         "eagle_cudagraph_mode = CUDAGraphMode.PIECEWISE"),
+        ("vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator",
+         "PIECEWISE cudagraphs are not supported for draft decodes"),
+        ("vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator",
+         "prefill_cudagraph_manager.run_pw_graph("),
+    ),
 )
