@@ -46,3 +46,31 @@ def test_unknown_versions_are_refused():
         table_for("0.40.0")
     assert table_for("0.26.0").v2_fused_decode_method is None
     assert table_for("0.32.0+cpu").v2_speculator[0].endswith("target_dependent_ar.speculator")
+
+
+def test_graph_rules_and_constants_hold_in_installed_vllm():
+    """The dispatch rules graph_config predicts with, and the compile-mode value it hands
+    vLLM, are still what the installed vLLM's source says."""
+    table = table_for()
+    assert table.compile_mode_matches()
+    rules = table.dispatch_rules_hold()
+    assert rules and all(rules.values()), [k for k, ok in rules.items() if not ok]
+    from vllm.config.compilation import CUDAGraphMode
+
+    modes = {m.name for m in CUDAGraphMode}
+    for name in (*table.v1_drafter_modes, *table.v2_draft_step_modes,
+                 table.v2_first_pass_uniform_mode, table.v2_first_pass_mixed_mode):
+        assert name in modes
+
+
+def test_piece_wrapper_is_the_platform_static_graph_wrapper():
+    """Pieces are counted on the class vLLM wraps split-graph pieces in (CUDA's)."""
+    import importlib.util
+    from pathlib import Path
+
+    table = table_for()
+    mod, cls = table.cudagraph_wrapper
+    src = Path(importlib.util.find_spec("vllm.platforms.cuda").origin).read_text()
+    assert f"{mod}.{cls}" in src
+    backends = Path(importlib.util.find_spec("vllm.compilation.backends").origin).read_text()
+    assert "runtime_mode=CUDAGraphMode.PIECEWISE" in backends
