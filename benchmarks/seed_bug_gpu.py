@@ -49,6 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from seed_bug_report import summarize_run  # noqa: E402
 
+MODEL = "pair"  # served model name (the `model` label of every series)
 CASES = {
     "a": {"title": "normal drafter", "env": {}},
     "b": {"title": "seed bug, fix off",
@@ -169,7 +170,7 @@ def start_server(a: argparse.Namespace, runner: str, case: str, log_path: Path):
     pair = Path(a.pair).resolve()
     cmd = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port),
            "--model", str(pair / "target"), "--draft-model", str(pair / "eagle3"),
-           "--served-model-name", "pair", "--method", "eagle3", "-k", str(a.k),
+           "--served-model-name", MODEL, "--method", "eagle3", "-k", str(a.k),
            "--runner", runner, "--max-num-seqs", str(a.max_num_seqs),
            "--log-format", "text", "--poll-interval", "1"]
     log = log_path.open("w")
@@ -210,6 +211,7 @@ def run_one(a: argparse.Namespace, runner: str, case: str, out: Path) -> dict:
     name = f"{runner}_{case}"
     log_path = out / f"{name}.log"
     res: dict = {"run": name, "runner": runner, "case": case, "title": CASES[case]["title"],
+                 "model": MODEL,
                  "env": CASES[case]["env"], "k": a.k, "max_num_seqs": a.max_num_seqs,
                  "concurrency": a.concurrency, "max_tokens": a.max_tokens,
                  "stagger_s": a.stagger_s, "ok": False}
@@ -227,7 +229,7 @@ def run_one(a: argparse.Namespace, runner: str, case: str, out: Path) -> dict:
         rounds = []
         with ThreadPoolExecutor(a.concurrency) as pool:
             for r in range(a.rounds + 1):
-                rd = workload_round(base, "pair", a, pool, scraper, r * a.concurrency)
+                rd = workload_round(base, MODEL, a, pool, scraper, r * a.concurrency)
                 rd["warmup"] = r == 0
                 rounds.append(rd)
                 print(f"[{name}] round {r}{' (warm-up)' if r == 0 else ''}: "
