@@ -25,6 +25,17 @@ def hit_rate(role: str, by: str = "phase") -> str:
     return f"({replayed} or {total} * 0) / {total}"
 
 
+def piece_coverage(role: str) -> str:
+    """CUDA graphs replayed / graphs the dispatcher asked for (every piece of a PIECEWISE
+    split graph, one per FULL forward): below 1 means some pieces or forwards ran eager.
+    NaN (no data point drawn) where nothing was dispatched as a graph, e.g. on CPU."""
+    rep = (f'sum by (phase) (rate(specgw_cudagraph_pieces_replayed_total'
+           f'{{{SEL},role="{role}"}}[{R}]))')
+    exp = (f'sum by (phase) (rate(specgw_cudagraph_pieces_expected_total'
+           f'{{{SEL},role="{role}"}}[{R}]))')
+    return f"{rep} / {exp}"
+
+
 def quantiles(metric: str, extra: str = "") -> list[tuple[str, str]]:
     return [
         (f"p{int(q * 100)}",
@@ -44,15 +55,24 @@ class Panel:
 
 PANELS: list[Panel] = [
     Panel("Drafter CUDA-graph hit rate", [("{{phase}}", hit_rate("draft"))], "percentunit",
-          description="Drafter forwards that replayed a graph, counted in the worker."),
+          description="Drafter forwards that replayed their whole graph (every piece), "
+          "counted in the worker; partial and unknown forwards are misses."),
+    Panel("Drafter CUDA-graph piece coverage", [("{{phase}}", piece_coverage("draft"))],
+          "percentunit", description="Split-graph pieces (or FULL graphs) replayed / "
+          "expected by the dispatch: 100% = every dispatched graph fully replayed."),
     Panel("Target CUDA-graph hit rate", [("{{phase}}", hit_rate("target"))], "percentunit"),
     Panel("Drafter CUDA-graph hit rate by rank", [("rank {{rank}}", hit_rate("draft", "rank"))],
           "percentunit", description="One line per tensor/pipeline-parallel worker: a "
           "rank that falls back alone shows here, not in the pooled rate."),
-    Panel("Eager fallbacks (dispatched as graph, ran eager)", [(
-        "{{role}} {{phase}}",
-        f"sum by (role, phase) (rate(specgw_silent_eager_forwards_total{{{SEL}}}[{R}]))")],
-        "ops", description="The failure mode of vLLM PR #25109: should stay at 0."),
+    Panel("Eager fallbacks (dispatched as graph, ran eager or partly eager)", [
+        ("silent eager {{role}} {{phase}}",
+         f"sum by (role, phase) (rate(specgw_silent_eager_forwards_total{{{SEL}}}[{R}]))"),
+        ("partial {{role}} {{phase}}",
+         f"sum by (role, phase) (rate(specgw_partial_graph_forwards_total{{{SEL}}}[{R}]))"),
+        ("unknown label {{role}} {{phase}}",
+         f"sum by (role, phase) (rate(specgw_unknown_forwards_total{{{SEL}}}[{R}]))"),
+    ], "ops", description="The failure mode of vLLM PR #25109: should stay at 0 "
+        "(alert SpecgwDrafterEagerFallback)."),
     Panel("Probe coverage", [("{{role}}", f"min by (role) (specgw_probe_coverage{{{SEL}}})")],
           kind="stat", description="0 = some forward path is unprobed: hit rates unknown."),
     Panel("Mean acceptance length", [(
