@@ -30,6 +30,7 @@ CPU check: ``--runners v1 --cases a --max-tokens 16 --concurrency 2 --rounds 2``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -200,6 +201,18 @@ def stop_server(proc: subprocess.Popen, log) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
+    # The engine core is a child in the same process group: wait until it is gone too,
+    # so the next run's memory profiling does not see this one's GPU memory.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.5)
+    else:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
     log.close()
 
 
