@@ -210,8 +210,10 @@ class Ledger:
             scope.dispatched, scope.replays, scope.pieces, scope.pieces_replayed, known)
         w = scope.weight
         key = (role, scope.phase)
-        with self._lock:
+        with self._lock:  # the one lock taken per forward
             self.forwards[(role, scope.phase, scope.dispatched, executed)] += w
+            if scope.replays:
+                self.replays[key] += scope.replays
             if expected:
                 self.pieces_expected[key] += expected * w
                 self.pieces_replayed[key] += replayed * w
@@ -222,11 +224,7 @@ class Ledger:
     def on_replay(self) -> None:
         stack = self._stack()
         if stack:
-            scope = stack[-1]
-            scope.replays += 1
-            if scope.counted:
-                with self._lock:
-                    self.replays[(scope.role, scope.phase)] += 1
+            stack[-1].replays += 1  # added to the ledger when the scope closes
         elif self._suppress_depth() == 0:
             with self._lock:
                 self.unattributed_replays += 1
