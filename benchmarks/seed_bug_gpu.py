@@ -284,9 +284,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="delay between request starts within a round (mixed batches)")
     p.add_argument("--scrape-s", type=float, default=1.0)
     p.add_argument("--start-timeout-s", type=float, default=240)
-    p.add_argument("--budget-s", type=float, default=530,
-                   help="no new run starts after this many seconds")
+    p.add_argument("--budget-s", type=float, default=450,
+                   help="no new run starts after this many seconds (a run takes ~60-100 s "
+                   "on the H200; the device allows 600 s per command, re-run for the rest)")
     a = p.parse_args(argv)
+    # Killed by a timeout: unwind through run_one's finally, which stops the server.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
