@@ -110,7 +110,7 @@ class Scraper(threading.Thread):
         self.base, self.period = base, period
         self.samples: list[dict] = []
         self.errors = 0
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def snap(self) -> dict:
         t = time.time()
@@ -119,16 +119,16 @@ class Scraper(threading.Thread):
         return sample
 
     def run(self) -> None:
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             t0 = time.monotonic()
             try:
                 self.snap()
             except Exception:
                 self.errors += 1
-            self._stop.wait(max(0.0, self.period - (time.monotonic() - t0)))
+            self._halt.wait(max(0.0, self.period - (time.monotonic() - t0)))
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join(30)
 
 
@@ -256,11 +256,13 @@ def run_one(a: argparse.Namespace, runner: str, case: str, out: Path) -> dict:
         res["log_tail"] = tail(log_path)
         print(f"[{name}] FAILED: {res['error']}\n{res['log_tail']}", flush=True)
     finally:
-        if scraper is not None:
-            scraper.stop()
-            res["scrapes"] = scraper.samples
-            res["scrape_errors"] = scraper.errors
-        stop_server(proc, log)
+        try:
+            if scraper is not None:
+                scraper.stop()
+                res["scrapes"] = scraper.samples
+                res["scrape_errors"] = scraper.errors
+        finally:
+            stop_server(proc, log)
         res["wall_s"] = round(time.monotonic() - t_start, 1)
     if res["ok"]:
         res["summary"] = summarize_run(res)
