@@ -1,7 +1,7 @@
-"""SpecgwDrafterEagerFallback in Prometheus's own rule engine (``promtool test rules``),
-fed the way ``benchmarks/seed_bug_alert.py`` feeds it a recorded seed-bug run: a silent
-eager counter that grows must fire the alert one evaluation interval after the first
-evaluation that sees it; a flat one must never fire it."""
+"""The seed-bug tools: SpecgwDrafterEagerFallback in Prometheus's own rule engine
+(``promtool test rules``), fed the way ``benchmarks/seed_bug_alert.py`` feeds it a recorded
+run (a silent eager counter that grows must fire the alert one evaluation interval after
+the first evaluation that sees it; a flat one never), and the report's verdicts."""
 
 from __future__ import annotations
 
@@ -62,3 +62,45 @@ def test_a_wrong_expectation_fails(tmp_path):
     assert sba.promtool_test(series, n, growth, group, rule, "pair")["ok"]
     assert not sba.promtool_test(series, n, growth - 10, group, rule, "pair")["ok"]
     assert not sba.promtool_test(series, n, None, group, rule, "pair")["ok"]
+
+
+def _series(name: str, phase: str, **extra: str) -> str:
+    labels = {"model": "pair", "phase": phase, "rank": "0", "role": "draft", **extra}
+    return name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+
+
+def _run(case: str, graph_per_s: float, silent_per_s: float, tps: list[float]) -> dict:
+    scrapes = []
+    for i in range(6):
+        g, s = graph_per_s * i, silent_per_s * i
+        scrapes.append({"t": 100.0 + i, "values": {
+            _series("specgw_model_forwards_total", "first_pass"): g + s,
+            _series("specgw_cudagraph_replayed_forwards_total", "first_pass",
+                    mode="piecewise"): g,
+            _series("specgw_eager_forwards_total", "first_pass", mode="piecewise"): s,
+            _series("specgw_silent_eager_forwards_total", "first_pass"): s,
+            _series("specgw_cudagraph_pieces_replayed_total", "first_pass"): 2 * g,
+            _series("specgw_cudagraph_pieces_expected_total", "first_pass"): 2 * (g + s),
+        }})
+    return {"run": f"v1_{case}", "runner": "v1", "case": case, "ok": True, "scrapes": scrapes,
+            "rounds": [{"tokens_per_s": t, "warmup": False} for t in tps],
+            "self_check": {"warnings": ["drafter not compiled"] if case == "b" else []}}
+
+
+def test_report_verdicts_follow_the_data():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import seed_bug_report as rep
+
+    a = rep.summarize_run(_run("a", 10, 0, [1000, 1010, 990]))
+    b = rep.summarize_run(_run("b", 0, 10, [600, 610, 590]))
+    c = rep.summarize_run(_run("c", 10, 0, [1005, 995, 1000]))
+    assert a["draft"]["piece_coverage"] == 1.0 and a["draft"]["hit_ratio"] == 1.0
+    assert b["draft"]["hit_ratio"] == 0 and b["draft"]["silent_eager"] == 50
+    assert b["silent_growth"] == {"active_intervals": 5, "silent_grew_intervals": 5}
+    good = dict(rep.verdicts("v1", {"a": a, "b": b, "c": c}, {}))
+    assert all(good.values()), good
+    # (c) still broken: the verdicts must say so.
+    bad_c = rep.summarize_run(_run("c", 5, 5, [800, 790, 810]))
+    bad = dict(rep.verdicts("v1", {"a": a, "b": b, "c": bad_c}, {}))
+    assert not bad["(c) bug, fix on: piece coverage 1.000, silent eager 0"]
+    assert not bad["(c) bug, fix on: tokens/s back to (a) within noise"]
