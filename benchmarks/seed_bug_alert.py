@@ -139,6 +139,9 @@ def openmetrics(series: dict, scrapes: list[dict]) -> str:
         base = k.split("{")[0]
         fam = base[:-len("_total")] if base.endswith("_total") else base
         types[fam] = "counter" if base.endswith("_total") else "gauge"
+    # One sample per timestamp (two threads may have scraped in the same millisecond).
+    scrapes = list({round(s["t"], 3): s for s in sorted(scrapes, key=lambda x: x["t"])}
+                   .values())
     for fam, kind in sorted(types.items()):
         lines.append(f"# TYPE {fam} {kind}")
         for s in scrapes:

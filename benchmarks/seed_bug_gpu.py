@@ -95,7 +95,8 @@ def scrape(base: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
-            if not s.name.startswith(KEEP_PREFIXES):
+            # NaN gauges (nothing to divide yet) are left out: strict JSON has no NaN.
+            if not s.name.startswith(KEEP_PREFIXES) or s.value != s.value:
                 continue
             labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
             out[f"{s.name}{{{labels}}}"] = s.value
@@ -247,7 +248,7 @@ def run_one(a: argparse.Namespace, runner: str, case: str, out: Path) -> dict:
                 rounds.append(rd)
                 print(f"[{name}] round {r}{' (warm-up)' if r == 0 else ''}: "
                       f"{rd['engine_tokens']:.0f} tokens {rd['tokens_per_s']} tok/s", flush=True)
-        time.sleep(a.scrape_s * 1.5)  # one more periodic scrape after the last step
+        time.sleep(a.scrape_s * 2.2)  # a periodic scrape or two after the last step
         res["rounds"] = rounds
         res["probes"] = http_json(f"{base}/v1/engine/probes")
         res["ok"] = True
@@ -259,7 +260,8 @@ def run_one(a: argparse.Namespace, runner: str, case: str, out: Path) -> dict:
         try:
             if scraper is not None:
                 scraper.stop()
-                res["scrapes"] = scraper.samples
+                # Two threads append (the periodic scraper, the round boundaries).
+                res["scrapes"] = sorted(scraper.samples, key=lambda x: x["t"])
                 res["scrape_errors"] = scraper.errors
         finally:
             stop_server(proc, log)
