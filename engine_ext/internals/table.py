@@ -62,6 +62,13 @@ class InternalsTable:
             except Exception:
                 found[key] = False
 
+        # --- issue #13 block: piece probes, capture roles, graph_config's rules
+        has(*self.cudagraph_wrapper, "__call__")
+        has(*self.cudagraph_wrapper, "__init__")
+        has(*self.v2_speculator, self.v2_speculator_capture_method)
+        has(*self.compile_mode)
+        has("vllm.config.compilation", "CUDAGraphMode", "mixed_mode")
+        has("vllm.config.compilation", "CUDAGraphMode", "decode_mode")
         has(self.v1_runner_module, self.forward_context_name)
         for m in self.suppressed_runner_methods:
             has(self.v1_runner_module, self.v1_runner_class, m)
@@ -79,13 +86,6 @@ class InternalsTable:
         has(self.v2_speculator[0], self.forward_context_name)
         if self.v2_fused_decode_method:
             has(*self.v2_speculator, self.v2_fused_decode_method)
-        # --- issue #13 block
-        has(*self.cudagraph_wrapper, "__call__")
-        has(*self.cudagraph_wrapper, "__init__")
-        has(*self.v2_speculator, self.v2_speculator_capture_method)
-        has(*self.compile_mode)
-        has("vllm.config.compilation", "CUDAGraphMode", "mixed_mode")
-        has("vllm.config.compilation", "CUDAGraphMode", "decode_mode")
         return found
 
     def compile_mode_matches(self) -> bool:

@@ -5,6 +5,15 @@ from engine_ext.internals.table import InternalsTable
 
 TABLE = InternalsTable(
     versions=">=0.26,<0.27",
+    # --- issue #13 block (pieces, dispatch rules)
+    dispatch_rule_sources=(
+        ("vllm.v1.spec_decode.llm_base_proposer",
+         "eagle_cudagraph_mode = CUDAGraphMode.PIECEWISE"),
+        ("vllm.v1.worker.gpu.spec_decode.autoregressive.speculator",
+         "PIECEWISE cudagraphs are not supported for draft decodes"),
+        ("vllm.v1.worker.gpu.spec_decode.autoregressive.speculator",
+         "prefill_cudagraph_manager.run_pw_graph("),
+    ),
     v1_runner_module="vllm.v1.worker.gpu_model_runner",
     v1_runner_class="GPUModelRunner",
     v1_proposer_modules=(
@@ -20,13 +29,4 @@ TABLE = InternalsTable(
         "AutoRegressiveSpeculator",
     ),
     v2_fused_decode_method=None,
-    # --- issue #13 block (pieces, dispatch rules)
-    dispatch_rule_sources=(
-        ("vllm.v1.spec_decode.llm_base_proposer",
-         "eagle_cudagraph_mode = CUDAGraphMode.PIECEWISE"),
-        ("vllm.v1.worker.gpu.spec_decode.autoregressive.speculator",
-         "PIECEWISE cudagraphs are not supported for draft decodes"),
-        ("vllm.v1.worker.gpu.spec_decode.autoregressive.speculator",
-         "prefill_cudagraph_manager.run_pw_graph("),
-    ),
 )

@@ -6,6 +6,15 @@ from engine_ext.internals.table import InternalsTable
 
 TABLE = InternalsTable(
     versions=">=0.27,<0.33",
+    # --- issue #13 block (pieces, dispatch rules)
+    dispatch_rule_sources=(
+        ("vllm.v1.spec_decode.llm_base_proposer",
+         "eagle_cudagraph_mode = CUDAGraphMode.PIECEWISE"),
+        ("vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator",
+         "PIECEWISE cudagraphs are not supported for draft decodes"),
+        ("vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator",
+         "prefill_cudagraph_manager.run_pw_graph("),
+    ),
     v1_runner_module="vllm.v1.worker.gpu_model_runner",
     v1_runner_class="GPUModelRunner",
     v1_proposer_modules=(
@@ -22,13 +31,4 @@ TABLE = InternalsTable(
         "TargetDependentARSpeculator",
     ),
     v2_fused_decode_method="_fused_multi_step_decode",
-    # --- issue #13 block (pieces, dispatch rules)
-    dispatch_rule_sources=(
-        ("vllm.v1.spec_decode.llm_base_proposer",
-         "eagle_cudagraph_mode = CUDAGraphMode.PIECEWISE"),
-        ("vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator",
-         "PIECEWISE cudagraphs are not supported for draft decodes"),
-        ("vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator",
-         "prefill_cudagraph_manager.run_pw_graph("),
-    ),
 )
