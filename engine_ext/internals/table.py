@@ -46,6 +46,27 @@ class InternalsTable:
     suppressed_proposer_methods: tuple[str, ...] = ("dummy_run",)
     forward_context_name: str = "set_forward_context"
 
+    def compile_mode_matches(self) -> bool:
+        """The installed vLLM's VLLM_COMPILE has the value we hand ``compilation_config``."""
+        import importlib
+
+        mod, cls, member = self.compile_mode
+        value = getattr(getattr(importlib.import_module(mod), cls), member)
+        return int(value) == self.compile_mode_value
+
+    def dispatch_rules_hold(self) -> dict[str, bool]:
+        """Each source snippet the dispatch rules rest on, found or not (source text, so
+        MRV2 modules count even where they cannot import without Triton)."""
+        import importlib.util
+        from pathlib import Path
+
+        out: dict[str, bool] = {}
+        for mod, snippet in self.dispatch_rule_sources:
+            spec = importlib.util.find_spec(mod)
+            text = Path(spec.origin).read_text() if spec and spec.origin else ""
+            out[f"{mod}: {snippet}"] = snippet in text
+        return out
+
     def resolve_all(self) -> dict[str, bool]:
         """Which named internals exist in the installed vLLM (for the version guard)."""
         import importlib
@@ -87,24 +108,3 @@ class InternalsTable:
         if self.v2_fused_decode_method:
             has(*self.v2_speculator, self.v2_fused_decode_method)
         return found
-
-    def compile_mode_matches(self) -> bool:
-        """The installed vLLM's VLLM_COMPILE has the value we hand ``compilation_config``."""
-        import importlib
-
-        mod, cls, member = self.compile_mode
-        value = getattr(getattr(importlib.import_module(mod), cls), member)
-        return int(value) == self.compile_mode_value
-
-    def dispatch_rules_hold(self) -> dict[str, bool]:
-        """Each source snippet the dispatch rules rest on, found or not (source text, so
-        MRV2 modules count even where they cannot import without Triton)."""
-        import importlib.util
-        from pathlib import Path
-
-        out: dict[str, bool] = {}
-        for mod, snippet in self.dispatch_rule_sources:
-            spec = importlib.util.find_spec(mod)
-            text = Path(spec.origin).read_text() if spec and spec.origin else ""
-            out[f"{mod}: {snippet}"] = snippet in text
-        return out
