@@ -16,15 +16,6 @@ VSEL = 'model_name=~"$model_name",instance=~"$instance"'
 R = "$__rate_interval"
 
 
-def hit_rate(role: str, by: str = "phase") -> str:
-    """Graph replays / all forwards, by phase (or rank). The `or ... * 0` keeps a series
-    (value 0) where nothing ever replayed, e.g. on CPU, instead of returning no data."""
-    replayed = (f'sum by ({by}) (rate(specgw_cudagraph_replayed_forwards_total'
-                f'{{{SEL},role="{role}"}}[{R}]))')
-    total = f'sum by ({by}) (rate(specgw_model_forwards_total{{{SEL},role="{role}"}}[{R}]))'
-    return f"({replayed} or {total} * 0) / {total}"
-
-
 def piece_coverage(role: str) -> str:
     """CUDA graphs replayed / graphs the dispatcher asked for (every piece of a PIECEWISE
     split graph, one per FULL forward): below 1 means some pieces or forwards ran eager.
@@ -34,6 +25,15 @@ def piece_coverage(role: str) -> str:
     exp = (f'sum by (phase) (rate(specgw_cudagraph_pieces_expected_total'
            f'{{{SEL},role="{role}"}}[{R}]))')
     return f"{rep} / {exp}"
+
+
+def hit_rate(role: str, by: str = "phase") -> str:
+    """Graph replays / all forwards, by phase (or rank). The `or ... * 0` keeps a series
+    (value 0) where nothing ever replayed, e.g. on CPU, instead of returning no data."""
+    replayed = (f'sum by ({by}) (rate(specgw_cudagraph_replayed_forwards_total'
+                f'{{{SEL},role="{role}"}}[{R}]))')
+    total = f'sum by ({by}) (rate(specgw_model_forwards_total{{{SEL},role="{role}"}}[{R}]))'
+    return f"({replayed} or {total} * 0) / {total}"
 
 
 def quantiles(metric: str, extra: str = "") -> list[tuple[str, str]]:

@@ -34,20 +34,6 @@ def test_v2_internals_exist_in_source():
     assert "class CudaGraphManager" in cg and "def run_fullgraph(" in cg
 
 
-def test_torch_graph_methods_exist():
-    import torch
-
-    assert callable(torch.cuda.CUDAGraph.replay)
-    assert callable(torch.cuda.CUDAGraph.capture_begin)
-
-
-def test_unknown_versions_are_refused():
-    with pytest.raises(UnsupportedVLLMVersion):
-        table_for("0.40.0")
-    assert table_for("0.26.0").v2_fused_decode_method is None
-    assert table_for("0.32.0+cpu").v2_speculator[0].endswith("target_dependent_ar.speculator")
-
-
 def test_graph_rules_and_constants_hold_in_installed_vllm():
     """The dispatch rules graph_config predicts with, and the compile-mode value it hands
     vLLM, are still what the installed vLLM's source says."""
@@ -74,3 +60,17 @@ def test_piece_wrapper_is_the_platform_static_graph_wrapper():
     assert f"{mod}.{cls}" in src
     backends = Path(importlib.util.find_spec("vllm.compilation.backends").origin).read_text()
     assert "runtime_mode=CUDAGraphMode.PIECEWISE" in backends
+
+def test_torch_graph_methods_exist():
+    import torch
+
+    assert callable(torch.cuda.CUDAGraph.replay)
+    assert callable(torch.cuda.CUDAGraph.capture_begin)
+
+
+def test_unknown_versions_are_refused():
+    with pytest.raises(UnsupportedVLLMVersion):
+        table_for("0.40.0")
+    assert table_for("0.26.0").v2_fused_decode_method is None
+    assert table_for("0.32.0+cpu").v2_speculator[0].endswith("target_dependent_ar.speculator")
+

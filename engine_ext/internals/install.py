@@ -159,35 +159,6 @@ def _fused_probe(ledger: Ledger):
     return make
 
 
-def _graph_probes(ledger: Ledger) -> None:
-    """Count real replays and captures at the one place every graph goes through."""
-    try:
-        import torch
-
-        graph_cls = torch.cuda.CUDAGraph
-    except Exception as exc:
-        ledger.install_errors["torch.cuda.CUDAGraph"] = str(exc)
-        return
-
-    def replay_make(orig):
-        def replay(self, *args, **kwargs):
-            ledger.on_replay()
-            return orig(self, *args, **kwargs)
-
-        return replay
-
-    def capture_make(orig):
-        def capture_begin(self, *args, **kwargs):
-            ledger.on_capture()
-            return orig(self, *args, **kwargs)
-
-        return capture_begin
-
-    _wrap_attr(graph_cls, "replay", replay_make, "torch.cuda.CUDAGraph.replay", ledger)
-    _wrap_attr(graph_cls, "capture_begin", capture_make, "torch.cuda.CUDAGraph.capture_begin",
-               ledger)
-
-
 _PIECE = "_specgw_piece"
 
 
@@ -226,9 +197,37 @@ def _piece_probes(table: InternalsTable, ledger: Ledger) -> None:
     _wrap_attr(wrapper_cls, "__call__", call_make, "graph.pieces.__call__", ledger)
 
 
+def _graph_probes(ledger: Ledger) -> None:
+    """Count real replays and captures at the one place every graph goes through."""
+    try:
+        import torch
+
+        graph_cls = torch.cuda.CUDAGraph
+    except Exception as exc:
+        ledger.install_errors["torch.cuda.CUDAGraph"] = str(exc)
+        return
+
+    def replay_make(orig):
+        def replay(self, *args, **kwargs):
+            ledger.on_replay()
+            return orig(self, *args, **kwargs)
+
+        return replay
+
+    def capture_make(orig):
+        def capture_begin(self, *args, **kwargs):
+            ledger.on_capture()
+            return orig(self, *args, **kwargs)
+
+        return capture_begin
+
+    _wrap_attr(graph_cls, "replay", replay_make, "torch.cuda.CUDAGraph.replay", ledger)
+    _wrap_attr(graph_cls, "capture_begin", capture_make, "torch.cuda.CUDAGraph.capture_begin",
+               ledger)
+
+
 def install(table: InternalsTable, ledger: Ledger = LEDGER) -> Ledger:
     _graph_probes(ledger)
-    _piece_probes(table, ledger)
     fc = table.forward_context_name
 
     # ---- Model Runner V1 (also the CPU runner's base class)
@@ -261,6 +260,9 @@ def install(table: InternalsTable, ledger: Ledger = LEDGER) -> Ledger:
     except Exception as exc:
         ledger.install_errors["v1"] = f"{type(exc).__name__}: {exc}"
         log.warning("Model Runner V1 probes unavailable: %s", exc)
+
+    # ---- Split-graph pieces (both runners, target and drafter)
+    _piece_probes(table, ledger)
 
     # ---- Model Runner V2 (needs triton to import; absent is fine when V1 runs)
     try:
