@@ -73,4 +73,3 @@ def test_unknown_versions_are_refused():
         table_for("0.40.0")
     assert table_for("0.26.0").v2_fused_decode_method is None
     assert table_for("0.32.0+cpu").v2_speculator[0].endswith("target_dependent_ar.speculator")
-
