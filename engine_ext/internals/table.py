@@ -42,8 +42,8 @@ class InternalsTable:
     v1_drafter_attr: str = "drafter"  # V1 runner -> proposer
     v2_drafter_attr: str = "speculator"  # V2 runner -> speculator (runner detection)
     drafter_model_attr: str = "model"  # proposer / speculator -> drafter nn.Module
-    v2_speculator_base: tuple[str, str] = (
-        "vllm.v1.worker.gpu.spec_decode.speculator", "BaseSpeculator")  # sets .model
+    v2_draft_model_owner: tuple[str, str] = (
+        "vllm.v1.worker.gpu.spec_decode.speculator", "DraftModelSpeculator")  # sets .model
     v1_drafter_dispatcher_attr: str = "cudagraph_dispatcher"
     dispatcher_class: tuple[str, str] = ("vllm.v1.cudagraph_dispatcher", "CudagraphDispatcher")
     dispatcher_fields: tuple[str, ...] = ("cudagraph_mode", "keys_initialized", "cudagraph_keys")
@@ -134,7 +134,7 @@ class InternalsTable:
             (self.v2_runner_module, self.v2_runner_class, self.v2_drafter_attr),
             (*self.v1_proposer_class, self.drafter_model_attr),
             (*self.v1_proposer_class, self.v1_drafter_dispatcher_attr),
-            (*self.v2_speculator_base, self.drafter_model_attr),
+            (*self.v2_draft_model_owner, self.drafter_model_attr),
         ]
         pts += [(*self.v2_speculator, a) for a in self.v2_draft_manager_attrs]
         pts += [(self.v2_cudagraph_module, "CudaGraphManager", a) for a in self.v2_manager_fields]

@@ -32,7 +32,7 @@ TABLE = InternalsTable(
     v1_drafter_attr="drafter",
     v2_drafter_attr="speculator",
     drafter_model_attr="model",
-    v2_speculator_base=("vllm.v1.worker.gpu.spec_decode.speculator", "BaseSpeculator"),
+    v2_draft_model_owner=("vllm.v1.worker.gpu.spec_decode.speculator", "DraftModelSpeculator"),
     v1_drafter_dispatcher_attr="cudagraph_dispatcher",
     dispatcher_class=("vllm.v1.cudagraph_dispatcher", "CudagraphDispatcher"),
 )
