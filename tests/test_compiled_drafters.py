@@ -121,3 +121,19 @@ def test_seed_bug_eagle3_is_repaired_and_drafts_like_vllms_class(runner):
     assert len(vllm_own["drafts"]) > 10
     assert fixed["drafts"] == vllm_own["drafts"] == bug["drafts"]
     assert fixed["outputs"] == vllm_own["outputs"] == bug["outputs"]
+
+
+def test_seed_bug_plugin_is_inert_unless_asked():
+    """Through vLLM's own plugin loader, in a fresh process (the registry is global)."""
+    code = ("from vllm.plugins import load_general_plugins; load_general_plugins(); "
+            "from vllm import ModelRegistry; "
+            "print('CLS', ModelRegistry._try_load_model_cls('LlamaForCausalLMEagle3').__name__)")
+    got = {}
+    for flag in ("0", "1"):
+        r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                           text=True, timeout=300,
+                           env={**os.environ, "SPECGW_SEED_BUG": flag, "SPECGW_PROBES": "0"})
+        lines = [ln for ln in r.stdout.splitlines() if ln.startswith("CLS ")]
+        assert r.returncode == 0 and lines, r.stderr[-2000:]
+        got[flag] = lines[-1].split()[1]
+    assert got == {"0": "Eagle3LlamaForCausalLM", "1": "SeedBugEagle3LlamaForCausalLM"}
