@@ -37,7 +37,6 @@ What was decided in this process is kept in :data:`DECISIONS` for the worker's g
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib
 import inspect
@@ -209,17 +208,17 @@ def compiled_subclass(base: type, table: InternalsTable | None = None) -> type:
     return cls
 
 
-def _force_drafter_eager() -> bool:
-    """``speculative_config.enforce_eager`` on this process's config (read by runner
-    V1 when it initialises the drafter's dispatcher keys, after the model is built)."""
-    with contextlib.suppress(Exception):
-        from vllm.config import get_current_vllm_config
-
-        spec = get_current_vllm_config().speculative_config
-        if spec is not None:
-            spec.enforce_eager = True
-            return True
-    return False
+def _force_drafter_eager(table: InternalsTable) -> bool:
+    """``speculative_config.enforce_eager`` on the config this process is loading a
+    model under (a worker's; runner V1 reads it when it sets up the drafter's
+    dispatcher keys, after the model is built). False where no config is current."""
+    mod, name = table.current_config_fn
+    cfg = getattr(importlib.import_module(mod), name)()
+    spec = getattr(cfg, "speculative_config", None)
+    if spec is None:
+        return False
+    spec.enforce_eager = True
+    return True
 
 
 def repair(arch: str, cls: type, hf_config: Any, table: InternalsTable | None = None) -> type:
@@ -237,7 +236,7 @@ def repair(arch: str, cls: type, hf_config: Any, table: InternalsTable | None = 
     if reason:
         # Read by runner V1 when it sets up the drafter's dispatcher, after the model
         # is built: the drafter is then dispatched NONE (eager by decision).
-        forced = _force_drafter_eager()
+        forced = _force_drafter_eager(table)
         DECISIONS.append(Decision(arch, name, "eager_unsafe", unsafe_reason=reason))
         log.warning("drafter %s is not torch-compiled and compiling it is unsafe: %s; "
                     "dispatched eager on purpose%s", name, reason,

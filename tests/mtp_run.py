@@ -37,6 +37,7 @@ async def main(args: argparse.Namespace) -> None:
     drafts = (await eng.collective_rpc("specgw_recorded_drafts"))[0]
     plan = eng.self_check["ranks"][0]
     keys = ("runner", "drafter_model_class", "drafter_compiled", "compilation_mode",
+            "spec_enforce_eager", "drafter_dispatcher",
             "drafter_compiled_by_specgw", "drafter_compile_unsafe")
     print("RESULT " + json.dumps({"outputs": outs, "drafts": drafts,
                                   **{k: plan.get(k) for k in keys}}))

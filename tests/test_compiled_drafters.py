@@ -137,3 +137,17 @@ def test_seed_bug_plugin_is_inert_unless_asked():
         assert r.returncode == 0 and lines, r.stderr[-2000:]
         got[flag] = lines[-1].split()[1]
     assert got == {"0": "Eagle3LlamaForCausalLM", "1": "SeedBugEagle3LlamaForCausalLM"}
+
+
+def test_two_layer_mtp_head_is_dispatched_eager_by_decision(tmp_path):
+    """Two MTP layers picked by spec_step_idx: not compiled, and the engine's own config
+    gets speculative_config.enforce_eager, which runner V1 reads when it sets up the
+    drafter's dispatcher (on the CPU every dispatch is NONE anyway: the flag is the check)."""
+    from mtp_fixture import build
+
+    run = _record(str(build(tmp_path / "glm4-moe-mtp2", mtp_layers=2)), "--runner", "v1",
+                  "--max-tokens", "6", SPECGW_COMPILED_DRAFTERS="1")
+    assert run["drafter_model_class"] == "Glm4MoeMTP" and run["drafter_compiled"] is False
+    assert run["drafter_compiled_by_specgw"] is False
+    assert "2 MTP layers" in run["drafter_compile_unsafe"]
+    assert run["spec_enforce_eager"] is True

@@ -38,7 +38,7 @@ class InternalsTable:
     compile_wrapper_class: tuple[str, str] = (
         "vllm.compilation.wrapper", "TorchCompileWithNoGuardsWrapper")
     compile_opt_out_attr: str = "do_not_compile"  # set on instances by the decorator
-    current_config_fn: tuple[str, str] = ("vllm.config", "get_current_vllm_config")
+    current_config_fn: tuple[str, str] = ("vllm.config", "get_current_vllm_config_or_none")
     v1_drafter_attr: str = "drafter"  # V1 runner -> proposer
     v2_drafter_attr: str = "speculator"  # V2 runner -> speculator (runner detection)
     drafter_model_attr: str = "model"  # proposer / speculator -> drafter nn.Module
