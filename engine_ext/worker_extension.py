@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from engine_ext.internals import table_for
 from engine_ext.worker_inspect import drafter_of, graph_plan, runner_kind
 
 
@@ -16,10 +17,10 @@ class ProbeWorkerExtension:
         from engine_ext.probes.ledger import LEDGER
 
         snap = LEDGER.snapshot()
-        snap["rank"] = getattr(self, "rank", 0)
+        snap["rank"] = _rank(self)
         snap["pid"] = os.getpid()
-        snap["runner"] = runner_kind(self.model_runner)
-        drafter = drafter_of(self.model_runner)
+        snap["runner"] = runner_kind(_runner(self))
+        drafter = drafter_of(_runner(self))
         snap["drafter_class"] = type(drafter).__name__ if drafter is not None else None
         # A drafter class that overrides propose() past our wrapper is an unprobed path.
         propose = getattr(type(drafter), "propose", None) if drafter is not None else None
@@ -34,7 +35,15 @@ class ProbeWorkerExtension:
         return list(LEDGER.recorded_drafts)
 
     def specgw_graph_plan(self) -> dict[str, Any]:
-        plan = graph_plan(self.model_runner)
-        plan["rank"] = getattr(self, "rank", 0)
+        plan = graph_plan(_runner(self))
+        plan["rank"] = _rank(self)
         return plan
+
+
+def _runner(worker: Any) -> Any:
+    return getattr(worker, table_for().worker_runner_attr)
+
+
+def _rank(worker: Any) -> int:
+    return getattr(worker, table_for().worker_rank_attr, 0)
 

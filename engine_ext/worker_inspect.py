@@ -59,7 +59,7 @@ def graph_plan(runner: Any) -> dict[str, Any]:
     from engine_ext.compiled_drafters import plan_fields
 
     table = _table()
-    cfg = runner.vllm_config
+    cfg = getattr(runner, table.runner_config_attr)
     cc = cfg.compilation_config
     spec = cfg.speculative_config
     plan: dict[str, Any] = {

@@ -50,6 +50,11 @@ class InternalsTable:
     v2_draft_manager_attrs: tuple[str, ...] = (
         "prefill_cudagraph_manager", "decode_cudagraph_manager")
     v2_manager_fields: tuple[str, ...] = ("cudagraph_mode", "graphs", "use_breakable_cg")
+    # The worker (worker_extension.py mixes into it) and the runners it holds.
+    worker_base_class: tuple[str, str] = ("vllm.v1.worker.worker_base", "WorkerBase")
+    worker_runner_attr: str = "model_runner"  # set in WorkerBase.__init__
+    worker_rank_attr: str = "rank"
+    runner_config_attr: str = "vllm_config"  # on both runners
     # (module, class, fields) of the config read for the graph plan and by the repair.
     config_fields: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         ("vllm.config.vllm", "VllmConfig",
@@ -135,6 +140,10 @@ class InternalsTable:
             (*self.v1_proposer_class, self.drafter_model_attr),
             (*self.v1_proposer_class, self.v1_drafter_dispatcher_attr),
             (*self.v2_draft_model_owner, self.drafter_model_attr),
+            (*self.worker_base_class, self.worker_runner_attr),
+            (*self.worker_base_class, self.worker_rank_attr),
+            (self.v1_runner_module, self.v1_runner_class, self.runner_config_attr),
+            (self.v2_runner_module, self.v2_runner_class, self.runner_config_attr),
         ]
         pts += [(*self.v2_speculator, a) for a in self.v2_draft_manager_attrs]
         pts += [(self.v2_cudagraph_module, "CudaGraphManager", a) for a in self.v2_manager_fields]

@@ -37,4 +37,8 @@ TABLE = InternalsTable(
     v2_draft_model_owner=("vllm.v1.worker.gpu.spec_decode.speculator", "DraftModelSpeculator"),
     v1_drafter_dispatcher_attr="cudagraph_dispatcher",
     dispatcher_class=("vllm.v1.cudagraph_dispatcher", "CudagraphDispatcher"),
+    worker_base_class=("vllm.v1.worker.worker_base", "WorkerBase"),
+    worker_runner_attr="model_runner",
+    worker_rank_attr="rank",
+    runner_config_attr="vllm_config",
 )
