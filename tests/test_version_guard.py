@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 
 from engine_ext.internals import UnsupportedVLLMVersion, table_for, vllm_version
@@ -73,3 +76,88 @@ def test_unknown_versions_are_refused():
         table_for("0.40.0")
     assert table_for("0.26.0").v2_fused_decode_method is None
     assert table_for("0.32.0+cpu").v2_speculator[0].endswith("target_dependent_ar.speculator")
+
+
+# ---- compiled drafters and the worker's drafter inspection -------------------------------
+# Many of these names are instance attributes (``self.speculator = ...``), which only a
+# built engine has; they are checked in the source text, for the installed vLLM and for
+# the 0.26 sources the H200 runs (/work/vllm026, when unpacked there).
+VLLM_026_SOURCES = Path("/work/vllm026")
+
+
+def _module_ast(root: Path, module: str) -> ast.Module | None:
+    base = root.joinpath(*module.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return ast.parse(path.read_text())
+    return None
+
+
+def _assigned_attrs(node: ast.AST) -> set[str]:
+    """Attribute names assigned anywhere under ``node`` (``x.name = ...``)."""
+    out = set()
+    for n in ast.walk(node):
+        targets = n.targets if isinstance(n, ast.Assign) else (
+            [n.target] if isinstance(n, ast.AnnAssign | ast.AugAssign) else [])
+        out |= {t.attr for t in targets if isinstance(t, ast.Attribute)}
+    return out
+
+
+def _defined_names(body: list[ast.stmt]) -> set[str]:
+    out = set()
+    for n in body:
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            out.add(n.name)
+        elif isinstance(n, ast.Assign):
+            out |= {t.id for t in n.targets if isinstance(t, ast.Name)}
+        elif isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name):
+            out.add(n.target.id)
+        elif isinstance(n, ast.ImportFrom | ast.Import):
+            out |= {a.asname or a.name.split(".")[0] for a in n.names}
+    return out
+
+
+def touch_point_missing(root: Path, module: str, cls: str, name: str) -> str | None:
+    tree = _module_ast(root, module)
+    if tree is None:
+        return f"module {module} missing"
+    if not cls:
+        if name in _defined_names(tree.body) or name in _assigned_attrs(tree):
+            return None
+        return f"{module}.{name} missing"
+    node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls), None)
+    if node is None:
+        return f"class {module}.{cls} missing"
+    if not name or name in _defined_names(node.body) or name in _assigned_attrs(node):
+        return None
+    return f"{module}.{cls}.{name} missing"
+
+
+def _missing(table, root: Path) -> list[str]:
+    return [m for pt in table.drafter_touch_points() if (m := touch_point_missing(root, *pt))]
+
+
+def test_drafter_internals_import_in_installed_vllm():
+    found = table_for().resolve_drafter_internals()
+    assert found and all(found.values()), f"vLLM {vllm_version()} moved: {found}"
+
+
+def test_drafter_touch_points_exist_in_installed_vllm_sources():
+    import vllm
+
+    assert not _missing(table_for(), Path(vllm.__file__).parent.parent)
+
+
+@pytest.mark.skipif(not (VLLM_026_SOURCES / "vllm").is_dir(), reason="0.26 sources absent")
+def test_drafter_touch_points_exist_in_vllm_026_sources():
+    assert not _missing(table_for("0.26.0"), VLLM_026_SOURCES)
+
+
+def test_touch_point_check_can_fail():
+    import vllm
+
+    root = Path(vllm.__file__).parent.parent
+    t = table_for()
+    assert touch_point_missing(root, t.registry_module, t.registry_class, "no_such_method")
+    assert touch_point_missing(root, *t.dispatcher_class, "no_such_attr")
+    assert touch_point_missing(root, "vllm.no_such_module", "", "x")

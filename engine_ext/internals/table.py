@@ -45,6 +45,47 @@ class InternalsTable:
     suppressed_runner_methods: tuple[str, ...] = ("_dummy_run", "profile_run", "capture_model")
     suppressed_proposer_methods: tuple[str, ...] = ("dummy_run",)
     forward_context_name: str = "set_forward_context"
+    # ---- Compiled drafters and the worker's drafter inspection (compiled_drafters.py,
+    # worker_inspect.py, worker_extension.py, plugin.py). Defaults are the 0.26-0.32 names;
+    # each version's TABLE states them again. Checked by tests/test_version_guard.py:
+    # importable ones with resolve_drafter_internals(), instance attributes and config
+    # fields statically in the sources with drafter_touch_points().
+    registry_module: str = "vllm.model_executor.models.registry"
+    registry_class: str = "_ModelRegistry"
+    registry_resolve_method: str = "resolve_model_cls"  # (self, architectures, model_config)
+    drafter_models_table: str = "_SPECULATIVE_DECODING_MODELS"  # arch -> (module, class)
+    compile_decorator: tuple[str, str] = ("vllm.compilation.decorators", "support_torch_compile")
+    compile_wrapper_class: tuple[str, str] = (
+        "vllm.compilation.wrapper", "TorchCompileWithNoGuardsWrapper")
+    compile_opt_out_attr: str = "do_not_compile"  # set on instances by the decorator
+    current_config_fn: tuple[str, str] = ("vllm.config", "get_current_vllm_config_or_none")
+    v1_drafter_attr: str = "drafter"  # V1 runner -> proposer
+    v2_drafter_attr: str = "speculator"  # V2 runner -> speculator (runner detection)
+    drafter_model_attr: str = "model"  # proposer / speculator -> drafter nn.Module
+    v2_draft_model_owner: tuple[str, str] = (
+        "vllm.v1.worker.gpu.spec_decode.speculator", "DraftModelSpeculator")  # sets .model
+    v1_drafter_dispatcher_attr: str = "cudagraph_dispatcher"
+    dispatcher_class: tuple[str, str] = ("vllm.v1.cudagraph_dispatcher", "CudagraphDispatcher")
+    dispatcher_fields: tuple[str, ...] = ("cudagraph_mode", "keys_initialized", "cudagraph_keys")
+    v2_draft_manager_attrs: tuple[str, ...] = (
+        "prefill_cudagraph_manager", "decode_cudagraph_manager")
+    v2_manager_fields: tuple[str, ...] = ("cudagraph_mode", "graphs", "use_breakable_cg")
+    # The worker (worker_extension.py mixes into it) and the runners it holds.
+    worker_base_class: tuple[str, str] = ("vllm.v1.worker.worker_base", "WorkerBase")
+    worker_runner_attr: str = "model_runner"  # set in WorkerBase.__init__
+    worker_rank_attr: str = "rank"
+    runner_config_attr: str = "vllm_config"  # on both runners
+    # (module, class, fields) of the config read for the graph plan and by the repair.
+    config_fields: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+        ("vllm.config.vllm", "VllmConfig",
+         ("model_config", "compilation_config", "scheduler_config", "speculative_config")),
+        ("vllm.config.compilation", "CompilationConfig",
+         ("mode", "cudagraph_mode", "cudagraph_capture_sizes", "max_cudagraph_capture_size")),
+        ("vllm.config.scheduler", "SchedulerConfig", ("max_num_seqs",)),
+        ("vllm.config.speculative", "SpeculativeConfig",
+         ("num_speculative_tokens", "method", "enforce_eager")),
+        ("vllm.config.model", "ModelConfig", ("enforce_eager", "runner_type", "hf_config")),
+    )
 
     def compile_mode_matches(self) -> bool:
         """The installed vLLM's VLLM_COMPILE has the value we hand ``compilation_config``."""
@@ -107,4 +148,53 @@ class InternalsTable:
         has(self.v2_speculator[0], self.forward_context_name)
         if self.v2_fused_decode_method:
             has(*self.v2_speculator, self.v2_fused_decode_method)
+        found.update(self.resolve_drafter_internals())
         return found
+
+    def resolve_drafter_internals(self) -> dict[str, bool]:
+        """The importable names compiled_drafters.py uses, in the installed vLLM."""
+        import importlib
+
+        found: dict[str, bool] = {}
+        for mod, *attrs in (
+            (self.registry_module, self.registry_class, self.registry_resolve_method),
+            (self.registry_module, self.drafter_models_table),
+            self.compile_decorator,
+            self.compile_wrapper_class,
+            self.current_config_fn,
+        ):
+            try:
+                obj = importlib.import_module(mod)
+                for a in attrs:
+                    obj = getattr(obj, a)
+                found[".".join((mod, *attrs))] = True
+            except Exception:
+                found[".".join((mod, *attrs))] = False
+        return found
+
+    def drafter_touch_points(self) -> list[tuple[str, str, str]]:
+        """``(module, class, name)`` for every vLLM name the drafter code reads: ``class``
+        empty means a module-level name; ``name`` empty means the class itself. Many are
+        instance attributes, so the guard test checks them in the source (AST)."""
+        pts: list[tuple[str, str, str]] = [
+            (self.registry_module, self.registry_class, self.registry_resolve_method),
+            (self.registry_module, "", self.drafter_models_table),
+            (self.compile_decorator[0], "", self.compile_decorator[1]),
+            (self.compile_decorator[0], "", self.compile_opt_out_attr),
+            (*self.compile_wrapper_class, ""),
+            (*self.current_config_fn[:1], "", self.current_config_fn[1]),
+            (self.v1_runner_module, self.v1_runner_class, self.v1_drafter_attr),
+            (self.v2_runner_module, self.v2_runner_class, self.v2_drafter_attr),
+            (*self.v1_proposer_class, self.drafter_model_attr),
+            (*self.v1_proposer_class, self.v1_drafter_dispatcher_attr),
+            (*self.v2_draft_model_owner, self.drafter_model_attr),
+            (*self.worker_base_class, self.worker_runner_attr),
+            (*self.worker_base_class, self.worker_rank_attr),
+            (self.v1_runner_module, self.v1_runner_class, self.runner_config_attr),
+            (self.v2_runner_module, self.v2_runner_class, self.runner_config_attr),
+        ]
+        pts += [(*self.v2_speculator, a) for a in self.v2_draft_manager_attrs]
+        pts += [(self.v2_cudagraph_module, "CudaGraphManager", a) for a in self.v2_manager_fields]
+        pts += [(*self.dispatcher_class, a) for a in self.dispatcher_fields]
+        pts += [(mod, cls, f) for mod, cls, fields in self.config_fields for f in fields]
+        return pts
