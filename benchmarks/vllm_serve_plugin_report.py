@@ -45,6 +45,7 @@ def main() -> None:
         "  vllm serve " + " ".join(_quote(x) for x in first["serve_args"]),
         "```",
         "",
+        "The `enforce_eager` run adds `\"enforce_eager\": true` to `--speculative-config`. "
         f"Workload per configuration: {first['workload']['requests']} completions, "
         f"{first['workload']['completion_tokens']} tokens, concurrency "
         f"{first['workload']['concurrency']}, greedy. Hit ratio = replayed drafter forwards "

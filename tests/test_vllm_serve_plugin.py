@@ -125,6 +125,32 @@ def test_acceptance_histogram_agrees_with_vllm(url, oai):
         assert drafts - le == per_pos
 
 
+def test_router_reexports_a_vllm_serve_backend_like_a_specgw_one(vllm_serve, oai):
+    complete(oai, 8)
+    router = Server("router-vllm-serve", ["--log-format", "text", "--backend",
+                                          f"v={vllm_serve.url}"])
+    try:
+        router.wait_ready(60)
+        # Through the router: the request is served by vLLM, the engine series come back
+        # labelled by backend, equal to what the backend itself exports.
+        from openai import OpenAI
+
+        OpenAI(base_url=f"{router.url}/v1", api_key="x", max_retries=0).completions.create(
+            model=SERVED_MODEL, prompt="x = ", max_tokens=4, temperature=0)
+        backend, routed = scrape(vllm_serve.url), scrape(router.url)
+        for fam in ("specgw_model_forwards_total", "specgw_probe_coverage",
+                    "specgw_probe_ranks", "specgw_startup_check_warnings",
+                    "specgw_spec_decode_accepted_tokens_per_draft_count",
+                    "specgw_generation_tokens_total", "specgw_engine_ready"):
+            theirs = metric_sum(routed, fam.replace("specgw_", "specgw_backend_", 1),
+                                backend="v")
+            assert theirs == metric_sum(backend, fam), fam
+        assert metric_sum(routed, "specgw_backend_model_forwards_total", backend="v",
+                          role="draft") > 0
+    finally:
+        router.stop()
+
+
 def test_missing_worker_extension_is_one_clear_line_and_serving_goes_on():
     args = plugin_serve_args()
     i = args.index("--worker-extension-cls")
@@ -209,3 +235,56 @@ def test_missing_worker_extension_message_names_the_flag():
     assert f"--worker-extension-cls {WORKER_EXTENSION}" in msg and "unset" in msg
     assert "collections.OrderedDict" in missing_worker_extension(
         cfg("collections.OrderedDict"), t)
+
+
+# ------------------------------------------- vLLM's own distributed machinery
+def _ray_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("ray") is not None
+
+
+@pytest.mark.parametrize(("extra", "env", "engines"), [
+    pytest.param(["--data-parallel-size", "2", "--api-server-count", "1"],
+                 # one core per engine (vLLM's NUMA auto-binding wants a node each)
+                 {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}, 2, id="dp2"),
+    pytest.param(["--distributed-executor-backend", "ray"], {}, 1, id="ray",
+                 marks=pytest.mark.skipif(not _ray_installed(), reason="ray not installed")),
+])
+def test_every_engine_and_rank_is_collected(extra, env, engines):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from openai import OpenAI
+
+    srv = Server(f"vllm-serve-{extra[0].strip('-')}", [*plugin_serve_args(), *extra],
+                 {**plugin_serve_env(), **env}, command=serve_command(), ready_path="/health")
+    try:
+        srv.wait_ready()
+        oai = OpenAI(base_url=f"{srv.url}/v1", api_key="x", max_retries=0, timeout=300)
+        sc = httpx.get(f"{srv.url}/v1/engine/self_check", timeout=30).json()
+        assert sorted(p["engine"] for p in sc["ranks"]) == list(range(engines))
+        before = scrape(srv.url)
+        # Concurrent requests: vLLM's DP load balancer spreads them over the engines.
+        with ThreadPoolExecutor(2 * engines) as pool:
+            list(pool.map(lambda i: complete(oai, 24, f"def g{i}(y):\n"),
+                          range(2 * engines)))
+        snaps = httpx.get(f"{srv.url}/v1/engine/probes", timeout=60).json()
+        after = scrape(srv.url)
+        assert sorted((s["engine"], s["rank"]) for s in snaps) == [
+            (e, e) for e in range(engines)]
+        assert metric_sum(after, "specgw_probe_ranks") == engines
+        fwd = "specgw_model_forwards_total"
+        for rank in range(engines):  # every engine drafted, and is counted
+            first = diff(after, before, fwd, role="draft", phase="first_pass", rank=str(rank))
+            steps = diff(after, before, fwd, role="draft", phase="draft_step", rank=str(rank))
+            assert first > 0 and steps == (K - 1) * first, (rank, first, steps)
+        # One proposal per first pass, summed over every engine's ledger.
+        total_first = diff(after, before, fwd, role="draft", phase="first_pass")
+        assert total_first == sum(diff(after, before, fwd, role="draft", phase="first_pass",
+                                       rank=str(s["rank"])) for s in snaps)
+        assert metric_sum(after, "specgw_probe_coverage", role="draft") == 1
+        gen = diff(after, before, "vllm:generation_tokens_total")
+        assert gen >= 24 * 2 * engines
+        assert diff(after, before, "specgw_generation_tokens_total") == gen
+    finally:
+        srv.stop()
