@@ -36,12 +36,14 @@ def hit_rate(role: str, by: str = "phase") -> str:
     return f"({replayed} or {total} * 0) / {total}"
 
 
-def quantiles(metric: str, extra: str = "") -> list[tuple[str, str]]:
-    return [
-        (f"p{int(q * 100)}",
-         f"histogram_quantile({q}, sum by (le) (rate({metric}_bucket{{{SEL}{extra}}}[{R}])))")
-        for q in (0.5, 0.9, 0.99)
-    ]
+def quantiles(metric: str, extra: str = "", vllm_fallback: str = "") -> list[tuple[str, str]]:
+    """p50/p90/p99 of ``metric``; where a target lacks it (a plain ``vllm serve`` with our
+    plugin measures no per-token gateway latency), of vLLM's own ``vllm_fallback``."""
+    buckets = f"sum by (le) (rate({metric}_bucket{{{SEL}{extra}}}[{R}]))"
+    if vllm_fallback:
+        buckets = f"({buckets} or sum by (le) (rate({vllm_fallback}_bucket{{{VSEL}}}[{R}])))"
+    return [(f"p{int(q * 100)}", f"histogram_quantile({q}, {buckets})")
+            for q in (0.5, 0.9, 0.99)]
 
 
 @dataclass(frozen=True)
@@ -96,8 +98,12 @@ PANELS: list[Panel] = [
         "errors",
         f'(sum(rate(specgw_requests_total{{{SEL},status!~"2.."}}[{R}])) or vector(0)) / '
         f"sum(rate(specgw_requests_total{{{SEL}}}[{R}]))")], "percentunit"),
-    Panel("Time to first token", quantiles("specgw_time_to_first_token_seconds"), "s"),
-    Panel("Inter-token latency", quantiles("specgw_inter_token_latency_seconds"), "s"),
+    Panel("Time to first token", quantiles("specgw_time_to_first_token_seconds",
+                                           vllm_fallback="vllm:time_to_first_token_seconds"),
+          "s", description="At the gateway; on a vllm serve target, vLLM's own measure."),
+    Panel("Inter-token latency", quantiles("specgw_inter_token_latency_seconds",
+                                           vllm_fallback="vllm:inter_token_latency_seconds"),
+          "s", description="At the gateway; on a vllm serve target, vLLM's own measure."),
     Panel("End-to-end request latency", quantiles("specgw_request_duration_seconds"), "s"),
     Panel("Queue depth and in-flight requests", [
         ("waiting (engine)", f"sum(vllm:num_requests_waiting{{{VSEL}}})"),

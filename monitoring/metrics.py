@@ -70,24 +70,9 @@ BACKEND_UP = Gauge("specgw_backend_up",
 FAILOVERS = Counter("specgw_backend_failovers",
                     "Requests retried on another backend before their first byte.", ["model"])
 
-# ------------------------------------------------------- engine-side (stat logger) metrics
-GENERATION_TOKENS = Counter(
-    "specgw_generation_tokens", "Output tokens produced by the engine.", ["model"]
-)
-PROMPT_TOKENS = Counter("specgw_prompt_tokens", "Prompt tokens prefilled.", ["model"])
-TOKENS_PER_SECOND = Gauge(
-    "specgw_generation_tokens_per_second",
-    "Output tokens/s over the last poll interval, from engine token counts.", ["model"],
-)
-ACCEPTED_PER_DRAFT = Histogram(
-    "specgw_spec_decode_accepted_tokens_per_draft",
-    "Draft tokens accepted per draft (acceptance length = 1 + mean).",
-    ["model"], buckets=(0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16),
-)
-ACCEPTANCE_LENGTH = Gauge(
-    "specgw_spec_decode_acceptance_length",
-    "Mean acceptance length (1 + accepted/drafts) since start.", ["model"],
-)
+# Engine-side token and acceptance series (specgw_generation_tokens_total,
+# specgw_spec_decode_accepted_tokens_per_draft, ...) are derived from vLLM's own counters
+# at scrape time by engine_ext.vllm_series, the same way under both front ends.
 
 # ------------------------------------------------------------------ start-up self-check
 DRAFTER_EXPECTED_MODE = Gauge(

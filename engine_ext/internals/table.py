@@ -3,7 +3,7 @@ version range (see ``vllm_0_26.py`` and ``vllm_0_27_0_32.py``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,22 @@ class InternalsTable:
             text = Path(spec.origin).read_text() if spec and spec.origin else ""
             out[f"{mod}: {snippet}"] = snippet in text
         return out
+    # ---- `vllm serve` + plugin (engine_ext.endpoint_plugin / engine_ext.collector).
+    # The front-end protocol our endpoint plugin implements (attach_router, init_state).
+    endpoint_plugin_protocol: tuple[str, str] = field(kw_only=True)
+    # EngineClient (AsyncLLM) -> its engine-core client, which lists one identity per
+    # data-parallel engine and calls a utility on one of them. vLLM's own collective_rpc
+    # returns engine 0's workers only under DP, so the collector calls every engine.
+    engine_client_core_attr: str = field(kw_only=True)
+    core_client_class: tuple[str, str] = field(kw_only=True)
+    core_engines_attr: str = field(kw_only=True)
+    core_utility_method: str = field(kw_only=True)
+    # Where the running config names the worker extension (checked before any RPC).
+    worker_extension_config: tuple[str, str] = field(kw_only=True)
+    # The registry vLLM's /metrics serves (a multiprocess one with several API servers).
+    prometheus_registry_fn: tuple[str, str] = field(kw_only=True)
+    # vLLM's own Prometheus families our derived series are computed from.
+    vllm_metric_names: tuple[str, ...] = field(kw_only=True)
 
     def resolve_all(self) -> dict[str, bool]:
         """Which named internals exist in the installed vLLM (for the version guard)."""
