@@ -2,7 +2,8 @@
 through the specgw router in front of it, on 127.0.0.1. Reports throughput and
 p50/p99 latency for both, the latency the router adds, and accounts for every request
 (succeeded, or failed with an error body; none lost or hung). Writes
-``docs/loadtest.md`` + JSON. Exit status 1 if any request is unaccounted for.
+``docs/loadtest.md`` + JSON (``python -m benchmarks.load_test``). Exit status 1 if any
+request is unaccounted for.
 """
 
 from __future__ import annotations
@@ -19,10 +20,7 @@ from pathlib import Path
 import httpx
 from tqdm import tqdm
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-from conftest import MODEL, Server  # noqa: E402
-from gpu_probes import pct  # noqa: E402  (same nearest-rank percentile as the GPU runs)
+from benchmarks.harness import MODEL, ROOT, Server, pct
 
 
 async def load(url: str, n: int, concurrency: int, max_tokens: int, deadline_s: float,
