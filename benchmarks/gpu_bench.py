@@ -312,6 +312,9 @@ def main() -> None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
                 rc = "timeout"
+            except KeyboardInterrupt:  # the device script's time limit: free the GPU
+                os.killpg(proc.pid, signal.SIGKILL)
+                raise
         text = log.read_text(errors="replace")
         lines = [ln for ln in text.splitlines() if ln.startswith("RESULT")]
         print(f"== {job} rc={rc} {time.time() - t:.0f}s",
