@@ -131,9 +131,10 @@ def findings(runs: Runs, run1: Runs) -> list[str]:
         same = [b for b in sorted({b for _, b in al})
                 if len({round(v, 3) for (_, bb), v in al.items() if bb == b}) == 1]
         differ = sorted({b for _, b in al} - set(same))
+        n_cfg = len({c for c, _ in al})
         lines.append(f"* Acceptance length at k={k}: {span(al.values(), '{:.3f}', '-')} "
                      f"(engine direct, every configuration and batch). Identical across the "
-                     f"eager, piecewise and V2 configurations at batch "
+                     f"{n_cfg} speculative configurations at batch "
                      f"{span(same, '{}', ', ') if same else 'none'}"
                      + (f"; it differs at batch {', '.join(map(str, differ))} (concurrent "
                         "requests are scheduled into different steps)." if differ else "."))
@@ -209,9 +210,10 @@ def targets(runs: Runs) -> tuple[list[str], list[str]]:
                 vals.append(f"{name(c, k)}: {r:.2f}x ({v})")
                 verdicts.append(v)
                 by_runner.setdefault(c, []).append((r, v))
-    met = "yes" if "yes" in verdicts else "not shown" if "within noise" in verdicts else "**no**"
+    met = ("no data" if not verdicts else "yes" if "yes" in verdicts
+           else "not shown" if "within noise" in verdicts else "**no**")
     rows.append([str(T_SPEC), "; ".join(vals), met])
-    if met != "yes" and base:
+    if met not in ("yes", "no data") and base:
         parts = [f"{c}: {span((r for r, _ in rv), '{:.2f}x', ' to ')} "
                  f"({', '.join(sorted({v for _, v in rv}))})" for c, rv in by_runner.items()]
         notes.append(f"**{T_SPEC}: {met.strip('*')}.** " + "; ".join(parts) + ". No-spec TPOT "

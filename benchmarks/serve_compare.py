@@ -236,14 +236,14 @@ def main() -> int:
     ap.add_argument("--gpu-share", type=float, default=0.2,
                     help="gpu_memory_utilization of each engine (all stay warm at once)")
     ap.add_argument("--start-timeout", type=float, default=420)
-    ap.add_argument("--deadline", type=float, default=0,
-                    help="seconds from start after which no new run starts (0: none)")
+    ap.add_argument("--budget-s", type=float, default=0,
+                    help="seconds from start after which no new run starts (0: none); "
+                         "the servers are stopped and a rerun resumes")
     a = ap.parse_args()
     bad = [v for v in a.variants if v not in VARIANTS]
     if bad:
         ap.error(f"unknown variants {bad}; choose from {VARIANTS}")
-    if a.deadline:
-        a.deadline += time.time()
+    a.deadline = time.time() + a.budget_s if a.budget_s else 0
     a.out.mkdir(parents=True, exist_ok=True)
     dev = device()
     cfg = engine_config(a, dev)
