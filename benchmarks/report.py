@@ -52,7 +52,8 @@ class Spread:
         return cls(statistics.median(values), min(values), max(values), len(values))
 
     def text(self, fmt: str = "{:.0f}") -> str:
-        return f"{fmt.format(self.median)} ({fmt.format(self.lo)}-{fmt.format(self.hi)})"
+        sep = " to " if self.lo < 0 else "-"  # "-3 to -1", not "-3--1"
+        return f"{fmt.format(self.median)} ({fmt.format(self.lo)}{sep}{fmt.format(self.hi)})"
 
 
 @dataclass(frozen=True)
