@@ -19,6 +19,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from benchmarks.harness import MODEL, PROMPTS, ROOT, Server, acceptance, scrape
+from benchmarks.report import md_table
 
 
 def run_config(name: str, args: list[str], max_tokens: int, rounds: int) -> dict:
@@ -74,15 +75,13 @@ def main() -> None:
         f"{results[0]['requests']} requests per configuration. Produced by "
         "`python -m benchmarks.cpu_spec_decode`; raw numbers in `cpu_benchmark.json`.",
         "",
-        "| configuration | output tokens/s | ratio vs no speculation | acceptance length "
-        "(k=3) | accepted per position |",
-        "|---|---|---|---|---|",
+        *md_table(["configuration", "output tokens/s", "ratio vs no speculation",
+                   "acceptance length (k=3)", "accepted per position"],
+                  [[r["config"], f"{r['tokens_per_s']:.1f}", f"{r['tokens_per_s'] / base:.2f}x",
+                    r["acceptance_length"],
+                    " / ".join(f"{x:.2f}" for x in r["acceptance_per_position"]) or None]
+                   for r in results]),
     ]
-    for r in results:
-        al = r["acceptance_length"] if r["acceptance_length"] is not None else "-"
-        pos = " / ".join(f"{x:.2f}" for x in r["acceptance_per_position"]) or "-"
-        lines.append(f"| {r['config']} | {r['tokens_per_s']:.1f} | "
-                     f"{r['tokens_per_s'] / base:.2f}x | {al} | {pos} |")
     lines += ["", "Acceptance length = 1 + accepted / drafts from vLLM's "
               "`vllm:spec_decode_*` counters (the bonus token included). CPU runs no CUDA "
               "graphs; the draft head runs eager here by design."]

@@ -28,7 +28,13 @@ after ``--num-warmups`` warm-up requests. Each run's result is one JSON file und
 ``OUT/runs/``; a run whose file exists is skipped, so an interrupted matrix resumes.
 ``serve_compare_report.py`` turns ``OUT`` into ``docs/serve_compare.md``.
 
-Device: ``benchmarks/gpu_session.sh job benchmarks/serve_compare.py`` (output under $OUT).
+Device (after ``gpu_session.sh stash`` and ``install``; the reduced matrix, three engines
+started in about three minutes, 60 runs in about four; output under $OUT)::
+
+    JOB_SECONDS=570 bash benchmarks/gpu_session.sh job benchmarks/serve_compare.py \
+        --variants specgw,vllm,specgw-probes-off --concurrency 1,16,64,128 --reps 5 \
+        --gpu-share 0.25 --budget-s 480
+
 Here: ``flock /tmp/specgw-engine.lock python -m benchmarks.serve_compare --out DIR ...``.
 """
 
