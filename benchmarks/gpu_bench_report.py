@@ -136,8 +136,8 @@ def findings(runs: Runs, run1: Runs) -> list[str]:
                      f"(engine direct, every configuration and batch). Identical across the "
                      f"{n_cfg} speculative configurations at batch "
                      f"{span(same, '{}', ', ') if same else 'none'}"
-                     + (f"; it differs at batch {', '.join(map(str, differ))} (concurrent "
-                        "requests are scheduled into different steps)." if differ else "."))
+                     + (f"; it differs at batch {', '.join(map(str, differ))} (not "
+                        "explained here)." if differ else "."))
     # Noise: the largest spread of repetitions in one cell.
     cands = [((c, k), path, b, reps(run, path, b)) for (c, k), run in runs.items()
              for path in ("direct", "gateway") for b in batches(run)]
