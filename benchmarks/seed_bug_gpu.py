@@ -47,8 +47,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from seed_bug_report import summarize_run  # noqa: E402
+from benchmarks.seed_bug_report import summarize_run  # noqa: E402
 
 MODEL = "pair"  # served model name (the `model` label of every series)
 CASES = {

@@ -29,7 +29,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -37,9 +36,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-from conftest import free_port, wait_until_ok  # noqa: E402
-
+from benchmarks.harness import free_port, wait_until_ok  # noqa: E402
 from engine_ext.vllm_serve import SERVED_MODEL as MODEL  # noqa: E402
 from engine_ext.vllm_serve import plugin_serve_args, plugin_serve_env, serve_command  # noqa: E402
 

@@ -155,7 +155,7 @@ def test_missing_worker_extension_is_one_clear_line_and_serving_goes_on():
     args = plugin_serve_args()
     i = args.index("--worker-extension-cls")
     srv = Server("vllm-serve-no-ext", args[:i] + args[i + 2:], plugin_serve_env(),
-                 command=serve_command(), ready_path="/health")
+                 cmd=[*serve_command(), "--port", "{port}"], ready_path="/health")
     try:
         srv.wait_ready()
         from openai import OpenAI
@@ -257,7 +257,8 @@ def test_every_engine_and_rank_is_collected(extra, env, engines):
     from openai import OpenAI
 
     srv = Server(f"vllm-serve-{extra[0].strip('-')}", [*plugin_serve_args(), *extra],
-                 {**plugin_serve_env(), **env}, command=serve_command(), ready_path="/health")
+                 {**plugin_serve_env(), **env},
+                 cmd=[*serve_command(), "--port", "{port}"], ready_path="/health")
     try:
         srv.wait_ready()
         oai = OpenAI(base_url=f"{srv.url}/v1", api_key="x", max_retries=0, timeout=300)
