@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gpu-memory-utilization", type=float, default=0.3)
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--max-tokens", type=int, default=256)
-    p.add_argument("--rounds", type=int, default=3, help="measured rounds after a warm-up")
+    p.add_argument("--rounds", type=int, default=4, help="measured rounds after a warm-up")
     p.add_argument("--stagger-s", type=float, default=0.03,
                    help="delay between request starts within a round (mixed batches)")
     p.add_argument("--scrape-s", type=float, default=1.0)
