@@ -58,7 +58,7 @@ class Server:
         full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         command = command or [sys.executable, "-m", "gateway.cli", "serve"]
         self.proc = subprocess.Popen(
-            [*command, "--port", str(self.port), *args],
+            [*command, *args, "--port", str(self.port)],  # vllm serve: model first
             cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, env=full_env,
             start_new_session=True,
         )

