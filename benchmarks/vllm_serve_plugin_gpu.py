@@ -167,7 +167,15 @@ def main() -> None:
     device = detect_device()
     for name in a.configs:
         t0 = time.monotonic()
-        run = run_config(name, CONFIGS[name], a, device)
+        try:
+            run = run_config(name, CONFIGS[name], a, device)
+        except Exception as exc:  # keep going: the next configuration is independent
+            log_tail = (a.out / f"vllm_serve_{name}.log").read_text(errors="replace")[-4000:]
+            run = {"config": name, "device": device, "error": f"{type(exc).__name__}: {exc}",
+                   "log_tail": log_tail}
+            (a.out / f"vllm_serve_{name}.json").write_text(json.dumps(run, indent=1))
+            print(f"{name}: FAILED {run['error']}", flush=True)
+            continue
         (a.out / f"vllm_serve_{name}.json").write_text(json.dumps(run, indent=1))
         d = run["drafter"]
         print(f"{name}: drafter hit ratio {d['hit_ratio']} ({d['graph']:.0f}/"

