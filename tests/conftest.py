@@ -45,3 +45,19 @@ def client(base_url: str):
     from openai import OpenAI
 
     return OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def vllm_serve() -> Iterator[Server]:
+    """A stock ``vllm serve`` (vLLM's own OpenAI server, not specgw's) with the plugin
+    turned on exactly as the README says, serving the bundled pair."""
+    from engine_ext.vllm_serve import plugin_serve_args, plugin_serve_env, serve_command
+
+    # vllm serve wants the model first, so the port goes last.
+    srv = Server("vllm-serve", [*plugin_serve_args(), "--port", "{port}"], plugin_serve_env(),
+                 cmd=serve_command(), ready_path="/health")
+    try:
+        srv.wait_ready()
+        yield srv
+    finally:
+        srv.stop()
