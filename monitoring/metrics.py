@@ -12,9 +12,10 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -70,24 +71,9 @@ BACKEND_UP = Gauge("specgw_backend_up",
 FAILOVERS = Counter("specgw_backend_failovers",
                     "Requests retried on another backend before their first byte.", ["model"])
 
-# ------------------------------------------------------- engine-side (stat logger) metrics
-GENERATION_TOKENS = Counter(
-    "specgw_generation_tokens", "Output tokens produced by the engine.", ["model"]
-)
-PROMPT_TOKENS = Counter("specgw_prompt_tokens", "Prompt tokens prefilled.", ["model"])
-TOKENS_PER_SECOND = Gauge(
-    "specgw_generation_tokens_per_second",
-    "Output tokens/s over the last poll interval, from engine token counts.", ["model"],
-)
-ACCEPTED_PER_DRAFT = Histogram(
-    "specgw_spec_decode_accepted_tokens_per_draft",
-    "Draft tokens accepted per draft (acceptance length = 1 + mean).",
-    ["model"], buckets=(0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16),
-)
-ACCEPTANCE_LENGTH = Gauge(
-    "specgw_spec_decode_acceptance_length",
-    "Mean acceptance length (1 + accepted/drafts) since start.", ["model"],
-)
+# Engine-side token and acceptance series (specgw_generation_tokens_total,
+# specgw_spec_decode_accepted_tokens_per_draft, ...) are derived from vLLM's own counters
+# at scrape time by engine_ext.vllm_series, the same way under both front ends.
 
 # ------------------------------------------------------------------ start-up self-check
 DRAFTER_EXPECTED_MODE = Gauge(
@@ -124,93 +110,179 @@ class ProbeCollector(Collector):
     def collect(self) -> Iterable:
         with self._lock:
             model, snaps = self._model, list(self._snapshots)
-        replayed = CounterMetricFamily(
-            "specgw_cudagraph_replayed_forwards",
-            "Model forwards that replayed a CUDA graph, counted in the worker.",
-            labels=["model", "rank", "role", "phase", "mode"],
-        )
-        eager = CounterMetricFamily(
-            "specgw_eager_forwards",
-            "Model forwards that ran eager; mode is what the dispatcher had chosen "
-            "(none = eager by decision, piecewise/full = silent fallback).",
-            labels=["model", "rank", "role", "phase", "mode"],
-        )
-        silent = CounterMetricFamily(
-            "specgw_silent_eager_forwards",
-            "Forwards dispatched as a CUDA graph that ran eager (PR #25109's failure).",
-            labels=["model", "rank", "role", "phase"],
-        )
-        forwards = CounterMetricFamily(
-            "specgw_model_forwards",
-            "All probed model forwards (graph or eager): the hit-rate denominator.",
-            labels=["model", "rank", "role", "phase"],
-        )
-        replays = CounterMetricFamily(
-            "specgw_cudagraph_replays", "Raw torch CUDAGraph.replay() calls per scope.",
-            labels=["model", "rank", "role", "phase"],
-        )
-        captures = CounterMetricFamily(
-            "specgw_cudagraph_captures", "CUDA graphs captured (start-up).",
-            labels=["model", "rank", "role"],
-        )
-        unattributed = CounterMetricFamily(
-            "specgw_unattributed_cudagraph_replays",
-            "Replays outside any probed forward: an unprobed code path.",
-            labels=["model", "rank"],
-        )
-        hit = GaugeMetricFamily(
-            "specgw_cudagraph_hit_ratio",
-            "Share of forwards that replayed a graph (NaN when coverage is unknown).",
-            labels=["model", "role", "phase"],
-        )
-        ranks = GaugeMetricFamily(
-            "specgw_probe_ranks",
-            "Worker ranks whose probe ledgers the last collective_rpc returned (TP x PP "
-            "when all report).", labels=["model"],
-        )
+        f = _families()
         if model:
-            ranks.add_metric([model], len(snaps))
-        coverage = GaugeMetricFamily(
-            "specgw_probe_coverage",
-            "1 if every forward path of this role is probed, 0 if some path is not "
-            "(then hit ratios are unknown, never assumed 100%).",
-            labels=["model", "role"],
-        )
-        totals: dict[tuple[str, str], list[float]] = {}
+            f.ranks.add_metric([model], len(snaps))
+        totals: dict[tuple[str, str], list[float]] = {}  # [graph, all]
+        piece_totals: dict[tuple[str, str], list[float]] = {}  # [replayed, expected]
         for snap in snaps:
-            rank = str(snap.get("rank", 0))
-            per_phase: dict[tuple[str, str], list[float]] = {}  # [all, silent]
-            for role, phase, dispatched, executed, n in snap.get("forwards", []):
-                labels = [model, rank, role, phase, dispatched]
-                acc = per_phase.setdefault((role, phase), [0.0, 0.0])
-                acc[0] += n
-                if executed == "graph":
-                    replayed.add_metric(labels, n)
-                else:
-                    eager.add_metric(labels, n)
-                    if dispatched != "none":
-                        acc[1] += n
-                tot = totals.setdefault((role, phase), [0.0, 0.0])
-                tot[1] += n
-                if executed == "graph":
-                    tot[0] += n
-            # Emitted with zeros too, so "no fallback" reads 0 rather than "no data".
-            for (role, phase), (n_all, n_silent) in sorted(per_phase.items()):
-                forwards.add_metric([model, rank, role, phase], n_all)
-                silent.add_metric([model, rank, role, phase], n_silent)
-            for role, phase, n in snap.get("replays", []):
-                replays.add_metric([model, rank, role, phase], n)
-            for role, n in snap.get("captures", {}).items():
-                captures.add_metric([model, rank, role], n)
-            unattributed.add_metric([model, rank], snap.get("unattributed_replays", 0))
+            _add_snapshot(f, model, snap, totals, piece_totals)
         cov = coverage_by_role(snaps)
         for role, ok in cov.items():
-            coverage.add_metric([model, role], 1.0 if ok else 0.0)
-        for (role, phase), (graph, total) in sorted(totals.items()):
-            ok = cov.get(role, False)
-            hit.add_metric([model, role, phase], graph / total if ok and total else math.nan)
-        yield from (forwards, replayed, eager, silent, replays, captures, unattributed, hit,
-                    coverage, ranks)
+            f.coverage.add_metric([model, role], 1.0 if ok else 0.0)
+        _add_ratios(f.hit, model, totals, cov)
+        _add_ratios(f.piece_cov, model, piece_totals, cov)
+        yield from (f.forwards, f.replayed, f.partial, f.eager, f.silent, f.unknown,
+                    f.pieces_replayed, f.pieces_expected, f.replays, f.captures,
+                    f.unattributed, f.hit, f.piece_cov, f.coverage, f.ranks)
+
+
+class _Families(NamedTuple):
+    forwards: Metric
+    replayed: Metric
+    partial: Metric
+    eager: Metric
+    silent: Metric
+    unknown: Metric
+    pieces_replayed: Metric
+    pieces_expected: Metric
+    replays: Metric
+    captures: Metric
+    unattributed: Metric
+    hit: Metric
+    piece_cov: Metric
+    coverage: Metric
+    ranks: Metric
+
+
+def _families() -> _Families:
+    """The probe series, built fresh per scrape (custom-collector pattern)."""
+    replayed = CounterMetricFamily(
+        "specgw_cudagraph_replayed_forwards",
+        "Model forwards that replayed their whole CUDA graph (every piece of a "
+        "PIECEWISE split graph, or the FULL graph), counted in the worker.",
+        labels=["model", "rank", "role", "phase", "mode"],
+    )
+    partial = CounterMetricFamily(
+        "specgw_partial_graph_forwards",
+        "PIECEWISE forwards where some split-graph pieces replayed and others ran eager "
+        "(not a hit).",
+        labels=["model", "rank", "role", "phase", "mode"],
+    )
+    unknown = CounterMetricFamily(
+        "specgw_unknown_forwards",
+        "Forwards whose dispatch label could not be read (not a hit, not a fallback).",
+        labels=["model", "rank", "role", "phase"],
+    )
+    pieces_replayed = CounterMetricFamily(
+        "specgw_cudagraph_pieces_replayed",
+        "CUDA graphs replayed by forwards dispatched as graphs: split-graph pieces for "
+        "PIECEWISE, 1 per FULL forward.",
+        labels=["model", "rank", "role", "phase"],
+    )
+    pieces_expected = CounterMetricFamily(
+        "specgw_cudagraph_pieces_expected",
+        "CUDA graphs those forwards should have replayed: all pieces of the split graph "
+        "(at least 1) per PIECEWISE forward, 1 per FULL forward.",
+        labels=["model", "rank", "role", "phase"],
+    )
+    piece_cov = GaugeMetricFamily(
+        "specgw_cudagraph_piece_coverage",
+        "Pieces replayed / pieces expected since start (1.0 = every dispatched graph "
+        "fully replayed; NaN when nothing was dispatched as a graph or coverage is "
+        "unknown).",
+        labels=["model", "role", "phase"],
+    )
+    eager = CounterMetricFamily(
+        "specgw_eager_forwards",
+        "Model forwards that ran eager; mode is what the dispatcher had chosen "
+        "(none = eager by decision, piecewise/full = silent fallback).",
+        labels=["model", "rank", "role", "phase", "mode"],
+    )
+    silent = CounterMetricFamily(
+        "specgw_silent_eager_forwards",
+        "Forwards dispatched as a CUDA graph that ran eager (PR #25109's failure).",
+        labels=["model", "rank", "role", "phase"],
+    )
+    forwards = CounterMetricFamily(
+        "specgw_model_forwards",
+        "All probed model forwards (graph or eager): the hit-rate denominator.",
+        labels=["model", "rank", "role", "phase"],
+    )
+    replays = CounterMetricFamily(
+        "specgw_cudagraph_replays", "Raw torch CUDAGraph.replay() calls per scope.",
+        labels=["model", "rank", "role", "phase"],
+    )
+    captures = CounterMetricFamily(
+        "specgw_cudagraph_captures", "CUDA graphs captured (start-up).",
+        labels=["model", "rank", "role"],
+    )
+    unattributed = CounterMetricFamily(
+        "specgw_unattributed_cudagraph_replays",
+        "Replays outside any probed forward: an unprobed code path.",
+        labels=["model", "rank"],
+    )
+    hit = GaugeMetricFamily(
+        "specgw_cudagraph_hit_ratio",
+        "Share of forwards that replayed a graph (NaN when coverage is unknown).",
+        labels=["model", "role", "phase"],
+    )
+    ranks = GaugeMetricFamily(
+        "specgw_probe_ranks",
+        "Worker ranks whose probe ledgers the last collective_rpc returned (TP x PP "
+        "when all report).", labels=["model"],
+    )
+    coverage = GaugeMetricFamily(
+        "specgw_probe_coverage",
+        "1 if every forward path of this role is probed, 0 if some path is not "
+        "(then hit ratios are unknown, never assumed 100%).",
+        labels=["model", "role"],
+    )
+    return _Families(forwards, replayed, partial, eager, silent, unknown, pieces_replayed,
+                     pieces_expected, replays, captures, unattributed, hit, piece_cov,
+                     coverage, ranks)
+
+
+def _add_snapshot(f: _Families, model: str, snap: dict,
+                  totals: dict[tuple[str, str], list[float]],
+                  piece_totals: dict[tuple[str, str], list[float]]) -> None:
+    """One rank's ledger into the families; graph/all and piece sums into the totals."""
+    rank = str(snap.get("rank", 0))
+    per_phase: dict[tuple[str, str], list[float]] = {}  # [all, silent, partial, unknown]
+    by_kind = {"graph": f.replayed, "partial": f.partial, "eager": f.eager}
+    pieces = {(r, ph): (rep, exp) for r, ph, rep, exp in snap.get("pieces", [])}
+    for role, phase, dispatched, executed, n in snap.get("forwards", []):
+        acc = per_phase.setdefault((role, phase), [0.0, 0.0, 0.0, 0.0])
+        acc[0] += n
+        if executed in by_kind:
+            by_kind[executed].add_metric([model, rank, role, phase, dispatched], n)
+        if executed == "eager" and dispatched != "none":
+            acc[1] += n
+        elif executed == "partial":
+            acc[2] += n
+        elif executed == "unknown":
+            acc[3] += n
+        tot = totals.setdefault((role, phase), [0.0, 0.0])
+        tot[1] += n
+        if executed == "graph":
+            tot[0] += n
+    # Emitted with zeros too, so "no fallback" reads 0 rather than "no data".
+    for (role, phase), (n_all, n_silent, n_partial, n_unknown) in sorted(per_phase.items()):
+        labels = [model, rank, role, phase]
+        f.forwards.add_metric(labels, n_all)
+        f.silent.add_metric(labels, n_silent)
+        f.unknown.add_metric(labels, n_unknown)
+        if not n_partial:  # partial_graph_forwards carries a mode label
+            f.partial.add_metric([*labels, "piecewise"], 0)
+        rep, exp = pieces.get((role, phase), (0, 0))
+        f.pieces_replayed.add_metric(labels, rep)
+        f.pieces_expected.add_metric(labels, exp)
+        pt = piece_totals.setdefault((role, phase), [0.0, 0.0])
+        pt[0] += rep
+        pt[1] += exp
+    for role, phase, n in snap.get("replays", []):
+        f.replays.add_metric([model, rank, role, phase], n)
+    for role, n in snap.get("captures", {}).items():
+        f.captures.add_metric([model, rank, role], n)
+    f.unattributed.add_metric([model, rank], snap.get("unattributed_replays", 0))
+
+
+def _add_ratios(gauge: GaugeMetricFamily, model: str,
+                totals: dict[tuple[str, str], list[float]], cov: dict[str, bool]) -> None:
+    """num/den per (role, phase); NaN where the role is not fully probed or den is 0."""
+    for (role, phase), (num, den) in sorted(totals.items()):
+        ok = cov.get(role, False)
+        gauge.add_metric([model, role, phase], num / den if ok and den else math.nan)
 
 
 def coverage_by_role(snaps: list[dict]) -> dict[str, bool]:
@@ -222,6 +294,9 @@ def coverage_by_role(snaps: list[dict]) -> dict[str, bool]:
     for snap in snaps:
         runner = snap.get("runner", "v1")
         inst = snap.get("installed", {})
+        # Piece probes serve both roles: without them pieces cannot be told apart.
+        if not all(ok for k, ok in inst.items() if k.startswith("graph.")):
+            out["target"] = out["draft"] = False
         target_keys = [k for k in inst if k.startswith(f"{runner}.target") or
                        (runner == "v2" and k == "v2.run_fullgraph")]
         draft_keys = [k for k in inst if k.startswith(f"{runner}.draft")]
