@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from engine_ext.engine import SpecEngine
+from gateway import access_log
 from gateway.auth import KeyStore
 from gateway.errors import OpenAIError, install_error_handlers
 from gateway.limits import ConcurrencyLimiter
@@ -28,6 +29,7 @@ from gateway.remote_backend import RemoteBackend
 from gateway.request_id import REQUEST_ID
 from gateway.routing import Router
 from gateway.sse import SSEResponse, sse
+from gateway.strict_json import StrictJSONRoute
 from monitoring import metrics as m
 
 log = logging.getLogger("gateway")
@@ -39,6 +41,7 @@ class GatewayConfig:
     max_queue: int = 256
     api_key: str | None = None  # when set, "Authorization: Bearer <key>" is required
     keys: KeyStore | None = None  # API keys with per-key rate limits (overrides api_key)
+    tool_call_parser: str | None = None  # vLLM tool-call parser for tool_choice "auto"
 
 
 def create_app(engine: SpecEngine | None, config: GatewayConfig | None = None,
@@ -46,7 +49,8 @@ def create_app(engine: SpecEngine | None, config: GatewayConfig | None = None,
     """``engine``: the in-process engine, or None for a pure router over ``remotes``."""
     config = config or GatewayConfig()
     remotes = list(remotes or [])
-    router = Router([*([LocalBackend(engine)] if engine else []), *remotes])
+    local = [LocalBackend(engine, config.tool_call_parser)] if engine else []
+    router = Router([*local, *remotes])
     limiter = ConcurrencyLimiter(config.max_concurrency, config.max_queue)
     keys = config.keys or KeyStore.load(None, config.api_key)
 
@@ -83,8 +87,10 @@ def create_app(engine: SpecEngine | None, config: GatewayConfig | None = None,
 
     app = FastAPI(title="specgw", version="0.1.0", lifespan=lifespan)
     app.state.engine = engine
+    app.router.route_class = StrictJSONRoute  # bodies must be valid Unicode JSON
     install_error_handlers(app)
 
+    app.add_middleware(access_log.AccessLogMiddleware)  # inner: sees the request id
     app.add_middleware(RequestIdAuthMiddleware, keys=keys)
 
     def require_engine() -> SpecEngine:
@@ -149,6 +155,8 @@ def create_app(engine: SpecEngine | None, config: GatewayConfig | None = None,
         status = "200"
         stack = AsyncExitStack()
         affinity = request.headers.get("x-session-id") or req.user
+        rec = access_log.record()
+        rec.model, rec.endpoint = model, endpoint
         try:
             be = router.pick(model, affinity=affinity)
             await stack.enter_async_context(limiter.slot())
@@ -174,7 +182,9 @@ def create_app(engine: SpecEngine | None, config: GatewayConfig | None = None,
             async for d in watch_disconnect(request, be.generate(prep), model):
                 finals[d.index] = d
             completion = sum(len(d.token_ids) for d in finals.values())
-            body = fmt.full(finals, usage(prep.prompt_tokens, completion))
+            u = usage(prep.prompt_tokens, completion, [d.spec for d in finals.values() if d.spec])
+            access_log.note_usage(u)
+            body = fmt.full(finals, u)
             return JSONResponse(body)
         except OpenAIError as exc:
             status = str(exc.status)
@@ -213,6 +223,7 @@ def create_app(engine: SpecEngine | None, config: GatewayConfig | None = None,
     async def stream_events(request, endpoint, model, be, prep, fmt, include_usage, t0,
                             stack: AsyncExitStack) -> AsyncIterator[bytes]:
         status, completion = "200", 0
+        spec: list[dict] = []
         last = None
         finished = False
         gen = be.generate(prep)
@@ -223,13 +234,18 @@ def create_app(engine: SpecEngine | None, config: GatewayConfig | None = None,
                     now = time.perf_counter()
                     if last is None:
                         m.TTFT.labels(model, endpoint).observe(now - t0)
+                        access_log.record().ttft_ms = round((now - t0) * 1000, 3)
                     else:
                         itl.observe((now - last) / len(d.token_ids))
                     last = now
                     completion += len(d.token_ids)
+                if d.spec:
+                    spec.append(d.spec)
                 yield sse(fmt.chunk(d))
+            u = usage(prep.prompt_tokens, completion, spec)
+            access_log.note_usage(u)
             if include_usage:
-                yield sse(fmt.usage_chunk(usage(prep.prompt_tokens, completion)))
+                yield sse(fmt.usage_chunk(u))
             yield sse("[DONE]")
             finished = True
         except OpenAIError as exc:
@@ -258,7 +274,7 @@ def create_app(engine: SpecEngine | None, config: GatewayConfig | None = None,
             request, "chat", body,
             lambda be, r: be.prepare_chat(r, r.stream),
             lambda p: ChatFormatter(p.request_id, body.model, body.top_logprobs or 0,
-                                    body.logprobs),
+                                    body.logprobs, p.tool_plan),
         )
 
     @app.post("/v1/completions")

@@ -16,10 +16,13 @@ from typing import Any
 
 from vllm import SamplingParams
 
+from engine_ext import request_params
 from engine_ext.engine import SpecEngine
 from gateway.errors import OpenAIError, invalid
 from gateway.protocol import ChatCompletionRequest, CompletionRequest
 from gateway.sampling import reject_unsupported, sampling_params
+from gateway.structured_output import structured_outputs
+from gateway.tool_calls import ToolPlan, plan_tools, template_messages
 
 log = logging.getLogger("gateway.local")
 
@@ -31,6 +34,7 @@ class Delta:
     token_ids: list[int]
     logprobs: list[dict[int, Any]] | None
     finish_reason: str | None
+    spec: dict[str, int] | None = None  # per-request speculative counts, final delta only
 
 
 @dataclass
@@ -41,14 +45,31 @@ class Prepared:
     n: int
     prompt_tokens: int = 0
     prompt_texts: list[str] = field(default_factory=list)
+    tool_plan: ToolPlan | None = None
 
 
 class LocalBackend:
     name = "local"
 
-    def __init__(self, engine: SpecEngine):
+    def __init__(self, engine: SpecEngine, tool_call_parser: str | None = None):
         self.engine = engine
         self.outstanding = 0
+        self.tool_call_parser = tool_call_parser
+        self._extractor = None
+        self._defaults: dict | None = None
+
+    def _sampling_defaults(self) -> dict:
+        """generation_config.json defaults (read once; ``{}`` with --generation-config vllm)."""
+        if self._defaults is None:
+            self._defaults = request_params.default_sampling_params(self.engine.engine)
+            log.info("model sampling defaults: %s", self._defaults)
+        return self._defaults
+
+    def _tool_extractor(self):
+        if self.tool_call_parser and self._extractor is None:
+            self._extractor = request_params.tool_call_extractor(self.tool_call_parser,
+                                                                 self._tokenizer())
+        return self._extractor
 
     @property
     def models(self) -> list[str]:
@@ -70,16 +91,24 @@ class LocalBackend:
         reject_unsupported(req, self.engine.settings.speculative)
         tok = self._tokenizer()
         try:
-            messages = [{"role": m.role, "content": m.text()} for m in req.messages]
+            messages = template_messages(req.messages)
         except ValueError as exc:
             raise invalid(str(exc), param="messages") from exc
+        plan = plan_tools(req, self._tool_extractor())
+        structured = plan.structured_outputs() if plan else structured_outputs(
+            req.response_format)
+        tools = ([t.model_dump(exclude_none=True) for t in req.tools]
+                 if req.tools and req.tool_choice != "none" else None)
         try:
-            text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            text = tok.apply_chat_template(messages, tools=tools, tokenize=False,
+                                           add_generation_prompt=True)
         except Exception as exc:  # template errors are the caller's messages' fault
             raise invalid(f"could not apply the chat template: {exc}", param="messages") from exc
         ids = tok.encode(text, add_special_tokens=False)
-        params = sampling_params(req, len(ids), self.max_model_len, stream, "messages")
-        return Prepared(f"chatcmpl-{uuid.uuid4().hex}", [ids], params, req.n, len(ids), [text])
+        params = sampling_params(req, len(ids), self.max_model_len, stream, "messages",
+                                 self._sampling_defaults(), structured)
+        return Prepared(f"chatcmpl-{uuid.uuid4().hex}", [ids], params, req.n, len(ids), [text],
+                        plan)
 
     async def prepare_completion(self, req: CompletionRequest, stream: bool) -> Prepared:
         reject_unsupported(req, self.engine.settings.speculative)
@@ -105,7 +134,8 @@ class LocalBackend:
                 raise invalid("prompt: must not be empty", param="prompt")
             prompts.append(ids)
         longest = max(len(p) for p in prompts)
-        params = sampling_params(req, longest, self.max_model_len, stream, "prompt")
+        params = sampling_params(req, longest, self.max_model_len, stream, "prompt",
+                                 self._sampling_defaults())
         return Prepared(f"cmpl-{uuid.uuid4().hex}", prompts, params, req.n,
                         sum(len(p) for p in prompts), texts)
 
@@ -117,7 +147,7 @@ class LocalBackend:
             async for out in engine.generate({"prompt_token_ids": ids}, params, request_id=rid):
                 for o in out.outputs:
                     yield Delta(base + o.index, o.text, list(o.token_ids), o.logprobs,
-                                o.finish_reason)
+                                o.finish_reason, request_params.spec_decode_counts(o))
         except OpenAIError:
             raise
         except ValueError as exc:  # vLLM input validation (e.g. logprobs over max)
