@@ -27,18 +27,46 @@ DEFAULTABLE = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty",
                "presence_penalty", "frequency_penalty", "max_tokens")
 
 
+class EngineRequestError(ValueError):
+    """vLLM refused the request as the client's fault (its ``VLLMClientError`` family,
+    which does not derive from ValueError): a 400, with the parameter when vLLM names one.
+    Unconverted, ``min_tokens > max_tokens`` reached the HTTP layer as a 500."""
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
+
+
+def client_error(exc: BaseException) -> EngineRequestError | None:
+    """``exc`` as an :class:`EngineRequestError` if vLLM blames the request, else None."""
+    from vllm.exceptions import VLLMClientError
+
+    if isinstance(exc, EngineRequestError):
+        return exc
+    if isinstance(exc, VLLMClientError):
+        msg = exc.args[0] if exc.args else str(exc)
+        return EngineRequestError(str(msg), getattr(exc, "parameter", None))
+    return None
+
+
 def build_sampling_params(kwargs: dict[str, Any]):
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
     kwargs = dict(kwargs)
-    so = kwargs.pop("structured_outputs", None)
-    if so is not None:
-        kwargs["structured_outputs"] = StructuredOutputsParams(**so)
     kind = kwargs.get("output_kind")
     if isinstance(kind, str):  # "delta" / "final_only" from the gateway
         kwargs["output_kind"] = RequestOutputKind[kind.upper()]
-    return SamplingParams(**kwargs)
+    try:
+        so = kwargs.pop("structured_outputs", None)
+        if so is not None:
+            kwargs["structured_outputs"] = StructuredOutputsParams(**so)
+        return SamplingParams(**kwargs)
+    except Exception as exc:
+        err = client_error(exc)
+        if err is None:
+            raise
+        raise err from exc
 
 
 def default_sampling_params(llm) -> dict[str, Any]:

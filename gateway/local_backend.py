@@ -150,8 +150,13 @@ class LocalBackend:
                                 o.finish_reason, request_params.spec_decode_counts(o))
         except OpenAIError:
             raise
-        except ValueError as exc:  # vLLM input validation (e.g. logprobs over max)
-            raise invalid(str(exc)) from exc
+        except Exception as exc:  # vLLM input validation (e.g. logprobs over max)
+            err = request_params.client_error(exc)
+            if err is not None:
+                raise invalid(str(err), param=err.param) from exc
+            if isinstance(exc, ValueError):
+                raise invalid(str(exc)) from exc
+            raise
 
     async def _into(self, deltas: AsyncIterator[Delta], queue: asyncio.Queue) -> None:
         async for d in deltas:

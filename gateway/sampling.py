@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine_ext.request_params import build_sampling_params
+from engine_ext.request_params import EngineRequestError, build_sampling_params
 from gateway.errors import invalid
 from gateway.protocol import ChatCompletionRequest, CompletionRequest
 
@@ -78,5 +78,7 @@ def sampling_params(
                    if v is not None or k in defaults})
     try:
         return build_sampling_params(kwargs)
+    except EngineRequestError as exc:
+        raise invalid(str(exc), param=exc.param) from exc
     except (ValueError, TypeError) as exc:
         raise invalid(str(exc)) from exc

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from gateway.errors import invalid
 from gateway.protocol import ChatCompletionRequest, ChatMessage, NamedToolChoice
-from gateway.structured_output import check_schema
+from gateway.structured_output import check_schema, json_constraint
 
 # (text, tools as dicts) -> (content or None, [(name, arguments JSON)])
 Extractor = Callable[[str, list[dict]], tuple[str | None, list[tuple[str, str]]]]
@@ -71,7 +71,7 @@ class ToolPlan:
     def structured_outputs(self) -> dict | None:
         if self.mode == "named":
             fn = next(t["function"] for t in self.tools if t["function"]["name"] == self.name)
-            return {"json": fn.get("parameters") or EMPTY_PARAMS}
+            return json_constraint(fn.get("parameters") or EMPTY_PARAMS)
         if self.mode == "required":
             branches = [{
                 "type": "object",
@@ -80,7 +80,8 @@ class ToolPlan:
                 "required": ["name", "arguments"],
                 "additionalProperties": False,
             } for t in self.tools]
-            return {"json": {"type": "array", "minItems": 1, "items": {"anyOf": branches}}}
+            return json_constraint({"type": "array", "minItems": 1,
+                                    "items": {"anyOf": branches}})
         return None
 
     # ----------------------------------------------------------------- response side
