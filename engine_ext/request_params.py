@@ -49,6 +49,15 @@ def client_error(exc: BaseException) -> EngineRequestError | None:
     return None
 
 
+def structured_outputs_config():
+    """Compact JSON for every constrained request: with free whitespace between tokens a
+    small model emits newlines until max_tokens (seen on the bundled pair: ``{`` then 59
+    newlines). vLLM's xgrammar backend reads this engine-wide, not per request."""
+    from vllm.config import StructuredOutputsConfig
+
+    return StructuredOutputsConfig(backend="xgrammar", disable_any_whitespace=True)
+
+
 def build_sampling_params(kwargs: dict[str, Any]):
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams

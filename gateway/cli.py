@@ -104,7 +104,10 @@ def settings_from_args(a: argparse.Namespace) -> EngineSettings:
 
 def openai_engine_args(a: argparse.Namespace) -> dict:
     """Engine arguments behind the OpenAI-layer flags (vLLM's own names and values)."""
-    extra: dict = {"generation_config": a.generation_config}
+    from engine_ext.request_params import structured_outputs_config
+
+    extra: dict = {"generation_config": a.generation_config,
+                   "structured_outputs_config": structured_outputs_config()}
     if a.per_request_spec_metrics:
         extra["per_request_spec_decode_metrics"] = "summary"
     return extra
