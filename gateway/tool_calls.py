@@ -64,6 +64,7 @@ class ToolPlan:
     tools: list[dict]
     name: str | None = None  # the named function
     extractor: Extractor | None = None
+    parallel: bool = True  # parallel_tool_calls: false caps "required" at one call
     _ids: dict[int, str] = field(default_factory=dict)
     _buf: dict[int, str] = field(default_factory=dict)
 
@@ -80,8 +81,10 @@ class ToolPlan:
                 "required": ["name", "arguments"],
                 "additionalProperties": False,
             } for t in self.tools]
-            return json_constraint({"type": "array", "minItems": 1,
-                                    "items": {"anyOf": branches}})
+            array = {"type": "array", "minItems": 1, "items": {"anyOf": branches}}
+            if not self.parallel:
+                array["maxItems"] = 1
+            return json_constraint(array)
         return None
 
     # ----------------------------------------------------------------- response side
@@ -153,7 +156,7 @@ def plan_tools(req: ChatCompletionRequest, extractor: Extractor | None) -> ToolP
     if isinstance(req.tool_choice, NamedToolChoice):
         return ToolPlan("named", tools, name=req.tool_choice.function.name)
     if req.tool_choice == "required":
-        return ToolPlan("required", tools)
+        return ToolPlan("required", tools, parallel=req.parallel_tool_calls is not False)
     if extractor is None:
         raise invalid('tool_choice "auto" needs a tool-call parser: start specgw serve with '
                       "--tool-call-parser NAME (e.g. hermes), or send tool_choice "

@@ -56,8 +56,11 @@ def test_named_tool_choice(oai):
 
 @pytest.mark.parametrize("choice", [NAMED, "required"])
 def test_streamed_tool_calls_reassembled_by_sdk(oai, choice):
+    # parallel_tool_calls=False: one call at most (the tiny model would repeat calls
+    # until max_tokens otherwise)
     with oai.beta.chat.completions.stream(model=TOOLS_MODEL, messages=MESSAGES, tools=TOOLS,
-                                          tool_choice=choice, max_tokens=80) as stream:
+                                          tool_choice=choice, max_tokens=80,
+                                          parallel_tool_calls=False) as stream:
         final = stream.get_final_completion()
     assert final.choices[0].finish_reason in ("stop", "tool_calls"), final.choices[0]
     assert_valid_calls(final.choices[0].message.tool_calls)
@@ -65,8 +68,10 @@ def test_streamed_tool_calls_reassembled_by_sdk(oai, choice):
 
 def test_required_tool_choice(oai):
     r = oai.chat.completions.create(model=TOOLS_MODEL, messages=MESSAGES, tools=TOOLS,
-                                    tool_choice="required", max_tokens=80)
+                                    tool_choice="required", max_tokens=80,
+                                    parallel_tool_calls=False)
     assert r.choices[0].finish_reason == "tool_calls", r.choices[0]
+    assert len(r.choices[0].message.tool_calls) == 1
     assert_valid_calls(r.choices[0].message.tool_calls)
 
 
