@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
+from engine_ext.request_params import structured_outputs_config
 from engine_ext.settings import EngineSettings
 
 log = logging.getLogger("engine_ext.engine")
@@ -87,6 +88,7 @@ def engine_args(settings: EngineSettings, device: str):
         tensor_parallel_size=settings.tensor_parallel_size,
         worker_extension_cls=WORKER_EXTENSION,
         disable_log_stats=False,  # keep vLLM's PrometheusStatLogger: vllm:* metrics
+        structured_outputs_config=structured_outputs_config(),
     )
     if settings.speculative:
         spec: dict[str, Any] = {
@@ -120,6 +122,7 @@ class SpecEngine:
         self.self_check: dict[str, Any] | None = None
         self.start_error: str | None = None
         self._probes = None  # engine_ext.collector.ProbePoller once the engine is up
+        self._sampling_defaults: dict[str, Any] | None = None
         from monitoring import metrics as m
 
         m.ENGINE_READY.labels(self.model_name).set(0)
@@ -151,21 +154,33 @@ class SpecEngine:
         return self._require_engine().get_tokenizer()
 
     def build_sampling_params(self, kwargs: dict[str, Any]) -> Any:
-        """Plain keyword arguments -> vLLM ``SamplingParams``. ``output_kind`` may be a
-        name ("delta", "final_only"); ``structured_outputs`` a dict of
-        ``StructuredOutputsParams`` arguments. Raises ValueError/TypeError on bad values."""
-        from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
+        """Plain keyword arguments -> vLLM ``SamplingParams`` (see
+        ``request_params.build_sampling_params``). Raises ValueError/TypeError on bad
+        values; vLLM's client errors arrive as ``EngineRequestError`` with ``.param``."""
+        from engine_ext.request_params import build_sampling_params
 
-        kw = dict(kwargs)
         try:
-            if isinstance(kw.get("output_kind"), str):
-                kw["output_kind"] = RequestOutputKind[kw["output_kind"].upper()]
-            if isinstance(kw.get("structured_outputs"), dict):
-                kw["structured_outputs"] = StructuredOutputsParams(**kw["structured_outputs"])
-            return SamplingParams(**kw)
-        except (*_client_errors(), TypeError, KeyError) as exc:  # KeyError: output_kind
+            return build_sampling_params(kwargs)
+        except KeyError as exc:  # an unknown output_kind name
             raise ValueError(str(exc)) from exc
+
+    def sampling_defaults(self) -> dict[str, Any]:
+        from engine_ext.request_params import default_sampling_params
+
+        if self._sampling_defaults is None:
+            self._sampling_defaults = default_sampling_params(self._require_engine())
+            log.info("model sampling defaults: %s", self._sampling_defaults)
+        return self._sampling_defaults
+
+    def spec_decode_counts(self, output: Any) -> dict[str, int] | None:
+        from engine_ext.request_params import spec_decode_counts
+
+        return spec_decode_counts(output)
+
+    def tool_call_extractor(self, parser: str) -> Any:
+        from engine_ext.request_params import tool_call_extractor
+
+        return tool_call_extractor(parser, self.tokenizer)
 
     async def generate(self, prompt_token_ids: list[int], params: Any,
                        request_id: str) -> AsyncIterator[Any]:
@@ -177,8 +192,13 @@ class SpecEngine:
                                                 params, request_id=request_id)) as outs:
                 async for out in outs:
                     yield out
-        except _client_errors() as exc:
-            raise ValueError(str(exc)) from exc
+        except Exception as exc:
+            from engine_ext.request_params import client_error
+
+            err = client_error(exc)
+            if err is None:
+                raise
+            raise err from exc
 
     async def abort(self, request_ids: list[str]) -> None:
         if self.engine is not None:
@@ -237,14 +257,6 @@ class SpecEngine:
         if self.engine is not None:
             self.engine.shutdown()
             self.engine = None
-
-
-def _client_errors() -> tuple[type[Exception], ...]:
-    """Exceptions vLLM raises for a bad request. vLLM 0.26 derives its validation error
-    from ValueError; later versions from VLLMClientError, which is not a ValueError."""
-    from vllm import exceptions
-
-    return (ValueError, getattr(exceptions, "VLLMClientError", ValueError))
 
 
 def _readable_start_error(exc: Exception, s: EngineSettings) -> str:

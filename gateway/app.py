@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from fastapi import FastAPI
 
+from gateway import access_log
 from gateway.auth import KeyStore
 from gateway.dispatch import Dispatcher
 from gateway.engine_api import SpecEngine
@@ -38,11 +39,13 @@ class GatewayConfig:
     api_key: str | None = None  # when set, "Authorization: Bearer <key>" is required
     keys: KeyStore | None = None  # API keys with per-key rate limits (overrides api_key)
     routing: str = DEFAULT_POLICIES  # routing policy chain (gateway.routing.build_policies)
+    tool_call_parser: str | None = None  # vLLM tool-call parser for tool_choice "auto"
 
 
-def make_local_backend(engine: SpecEngine) -> LocalBackend:
-    return LocalBackend(engine, {s.endpoint: s(engine)
-                                 for s in (ChatServing, CompletionServing)})
+def make_local_backend(engine: SpecEngine, tool_call_parser: str | None = None
+                       ) -> LocalBackend:
+    servings = (ChatServing(engine, tool_call_parser), CompletionServing(engine))
+    return LocalBackend(engine, {s.endpoint: s for s in servings})
 
 
 def create_app(engine: SpecEngine | None, config: GatewayConfig | None = None,
@@ -50,13 +53,14 @@ def create_app(engine: SpecEngine | None, config: GatewayConfig | None = None,
     """``engine``: the in-process engine, or None for a pure router over ``remotes``."""
     config = config or GatewayConfig()
     remotes = list(remotes or [])
-    router = Router([*([make_local_backend(engine)] if engine else []), *remotes],
-                    build_policies(config.routing))
+    local = [make_local_backend(engine, config.tool_call_parser)] if engine else []
+    router = Router([*local, *remotes], build_policies(config.routing))
     limiter = ConcurrencyLimiter(config.max_concurrency, config.max_queue)
     app = FastAPI(title="specgw", version="0.1.0", lifespan=lifespan)
     app.state.services = Services(engine, remotes, router, Dispatcher(router, limiter))
     app.state.engine = engine
     install_error_handlers(app)
+    app.add_middleware(access_log.AccessLogMiddleware)  # inner: sees the request id
     app.add_middleware(RequestIdAuthMiddleware,
                        keys=config.keys or KeyStore.load(None, config.api_key))
     app.include_router(ops_routes)

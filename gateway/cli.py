@@ -58,6 +58,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="on SIGTERM: stop accepting, let streams finish for this long")
     s.add_argument("--poll-interval", type=float, default=float(_env("POLL_INTERVAL", "5")),
                    help="seconds between worker probe polls (collective_rpc)")
+    s.add_argument("--tool-call-parser", default=_env("TOOL_CALL_PARSER"),
+                   help='vLLM tool-call parser for tool_choice "auto" (e.g. hermes); '
+                        'without it "auto" is refused with a 400')
+    s.add_argument("--generation-config", default=_env("GENERATION_CONFIG", "auto"),
+                   help="sampling defaults: 'auto' = the model's generation_config.json "
+                        "(as vllm serve), 'vllm' = off (vLLM's neutral defaults), or a dir")
+    s.add_argument("--per-request-spec-metrics", action="store_true",
+                   default=_env("PER_REQUEST_SPEC_METRICS", "") in ("1", "true"),
+                   help="report each request's drafted/accepted tokens in usage")
     s.add_argument("--log-format", choices=["json", "text"], default=_env("LOG_FORMAT", "json"))
     s.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
     return p
@@ -93,7 +102,16 @@ def settings_from_args(a: argparse.Namespace) -> EngineSettings:
         draft_enforce_eager=a.draft_enforce_eager, enforce_eager=a.enforce_eager,
         max_capture_size=a.max_capture_size, kv_cache_gib=a.kv_cache_gib,
         tensor_parallel_size=a.tensor_parallel_size,
+        extra_engine_args=openai_engine_args(a),
     )
+
+
+def openai_engine_args(a: argparse.Namespace) -> dict:
+    """Engine arguments behind the OpenAI-layer flags (vLLM's own names and values)."""
+    extra: dict = {"generation_config": a.generation_config}
+    if a.per_request_spec_metrics:
+        extra["per_request_spec_decode_metrics"] = "summary"
+    return extra
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,8 +134,16 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as exc:
         print(f"specgw: error: {exc}", file=sys.stderr)
         return 2
+    if args.tool_call_parser and not remotes:
+        from engine_ext.request_params import check_tool_call_parser
+
+        try:
+            check_tool_call_parser(args.tool_call_parser)
+        except ValueError as exc:
+            print(f"specgw: error: {exc}", file=sys.stderr)
+            return 2
     config = GatewayConfig(args.max_concurrency, args.max_queue, args.api_key, keys,
-                           args.routing)
+                           args.routing, args.tool_call_parser)
     app = create_app(None if remotes else local_engine(settings, args.poll_interval),
                      config, remotes)
     engine = app.state.engine

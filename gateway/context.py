@@ -14,6 +14,7 @@ from typing import Any
 
 from fastapi import Request
 
+from gateway import access_log
 from gateway.errors import OpenAIError
 from gateway.limits import ConcurrencyLimiter
 from gateway.request_id import REQUEST_ID
@@ -40,6 +41,8 @@ class RequestContext:
         self._admitted = False
         self._started = False
         self.status: str | None = None  # set once, by finish()
+        self.access = access_log.record()  # this request's access-log line
+        self.access.model, self.access.endpoint = self.model, endpoint
 
     @property
     def finished(self) -> bool:

@@ -8,7 +8,7 @@ without vLLM installed or loaded.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 
@@ -32,6 +32,10 @@ class CompletionOutput(Protocol):
     token_ids: Sequence[int]
     logprobs: list[dict[int, Any]] | None
     finish_reason: str | None
+
+
+# (model text, tool definitions) -> (remaining content, [(function name, arguments JSON)])
+ToolCallExtractor = Callable[[str, list[dict]], tuple[str | None, list[tuple[str, str]]]]
 
 
 class RequestOutput(Protocol):
@@ -71,7 +75,20 @@ class SpecEngine(Protocol):
     def tokenizer(self) -> Tokenizer: ...
 
     def build_sampling_params(self, kwargs: dict[str, Any]) -> Any:
-        """Raises ``ValueError``/``TypeError`` for parameters the engine refuses."""
+        """Raises ``ValueError``/``TypeError`` for parameters the engine refuses; the
+        ValueError may carry the offending parameter as ``.param``."""
+        ...
+
+    def sampling_defaults(self) -> dict[str, Any]:
+        """The model's generation-config sampling defaults (``{}`` when turned off)."""
+        ...
+
+    def spec_decode_counts(self, output: CompletionOutput) -> dict[str, int] | None:
+        """Per-request draft/accepted counts of a finished choice, when enabled."""
+        ...
+
+    def tool_call_extractor(self, parser: str) -> ToolCallExtractor:
+        """The engine's named tool-call parser as a function (see ToolCallExtractor)."""
         ...
 
     def generate(self, prompt_token_ids: list[int], params: Any,

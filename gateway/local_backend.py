@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from gateway.context import RequestContext
     from gateway.serving.base import OpenAIServing
+    from gateway.tool_calls import ToolPlan
 
 log = logging.getLogger("gateway.local")
 
@@ -32,6 +33,7 @@ class Delta:
     token_ids: list[int]
     logprobs: list[dict[int, Any]] | None
     finish_reason: str | None
+    spec: dict[str, int] | None = None  # per-request speculative counts, final delta only
 
 
 @dataclass
@@ -42,6 +44,7 @@ class Prepared:
     n: int
     prompt_tokens: int = 0
     prompt_texts: list[str] = field(default_factory=list)
+    tool_plan: ToolPlan | None = None
 
 
 class LocalBackend:
@@ -69,11 +72,11 @@ class LocalBackend:
             async for out in self.engine.generate(ids, params, rid):
                 for o in out.outputs:
                     yield Delta(base + o.index, o.text, list(o.token_ids), o.logprobs,
-                                o.finish_reason)
+                                o.finish_reason, self.engine.spec_decode_counts(o))
         except OpenAIError:
             raise
         except ValueError as exc:  # vLLM input validation (e.g. logprobs over max)
-            raise invalid(str(exc)) from exc
+            raise invalid(str(exc), param=getattr(exc, "param", None)) from exc
 
     async def generate(self, prep: Prepared) -> AsyncIterator[Delta]:
         rids = [f"{prep.request_id}-{i}" for i in range(len(prep.prompts))]

@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 from gateway.local_backend import Delta
+from gateway.tool_calls import ToolPlan
 
 
 def _token(entry: Any, token_id: int) -> str:
@@ -55,16 +56,33 @@ def completion_logprobs(d: Delta, top: int, offset: int) -> dict | None:
             "text_offset": offsets}
 
 
-def usage(prompt: int, completion: int) -> dict:
-    return {"prompt_tokens": prompt, "completion_tokens": completion,
-            "total_tokens": prompt + completion}
+def usage(prompt: int, completion: int, spec: list[dict[str, int]] | None = None) -> dict:
+    """``spec``: the engine's per-sequence speculative counts (when the server runs with
+    per-request spec-decode metrics), summed over the request's sequences."""
+    out: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion,
+                           "total_tokens": prompt + completion}
+    if spec:
+        drafted = sum(s["num_draft_tokens"] for s in spec)
+        accepted = sum(s["num_accepted_tokens"] for s in spec)
+        steps = sum(s["num_spec_steps"] for s in spec)
+        out["speculative_decoding"] = {
+            "num_draft_tokens": drafted,
+            "num_accepted_tokens": accepted,
+            "num_spec_steps": steps,
+            # tokens per target forward pass, the bonus token included (vLLM's definition)
+            "mean_acceptance_length": 1.0 + accepted / steps if steps else 1.0,
+            "draft_acceptance_rate": accepted / drafted if drafted else 0.0,
+        }
+    return out
 
 
 class ChatFormatter:
     object_full = "chat.completion"
 
-    def __init__(self, rid: str, model: str, top_logprobs: int, want_logprobs: bool):
+    def __init__(self, rid: str, model: str, top_logprobs: int, want_logprobs: bool,
+                 tool_plan: ToolPlan | None = None):
         self.rid, self.model = rid, model
+        self.plan = tool_plan
         self.created = int(time.time())
         self.top, self.want_logprobs = top_logprobs, want_logprobs
         self.sent_role: set[int] = set()
@@ -81,23 +99,32 @@ class ChatFormatter:
         if d.index not in self.sent_role:
             self.sent_role.add(d.index)
             delta["role"] = "assistant"
-        if d.text or "role" in delta:
+        finish = d.finish_reason
+        if self.plan is not None:
+            fields, finish = self.plan.delta(d.index, d.text, d.finish_reason)
+            delta.update(fields)
+        elif d.text or "role" in delta:
             delta["content"] = d.text
         choice = {"index": d.index, "delta": delta,
                   "logprobs": chat_logprobs(d, self.top) if self.want_logprobs else None,
-                  "finish_reason": d.finish_reason}
+                  "finish_reason": finish}
         return self._chunk([choice])
 
     def usage_chunk(self, u: dict) -> dict:
         return self._chunk([], u)
 
     def full(self, finals: dict[int, Delta], u: dict) -> dict:
-        choices = [{
-            "index": i,
-            "message": {"role": "assistant", "content": d.text, "refusal": None},
-            "logprobs": chat_logprobs(d, self.top) if self.want_logprobs else None,
-            "finish_reason": d.finish_reason,
-        } for i, d in sorted(finals.items())]
+        choices = []
+        for i, d in sorted(finals.items()):
+            msg, finish = ({"role": "assistant", "content": d.text, "refusal": None},
+                           d.finish_reason)
+            if self.plan is not None:
+                msg, finish = self.plan.message(i, d.text, d.finish_reason)
+            choices.append({
+                "index": i, "message": msg,
+                "logprobs": chat_logprobs(d, self.top) if self.want_logprobs else None,
+                "finish_reason": finish,
+            })
         return {"id": self.rid, "object": self.object_full, "created": self.created,
                 "model": self.model, "choices": choices, "usage": u,
                 "system_fingerprint": None}

@@ -28,11 +28,72 @@ class ContentPart(BaseModel):
     text: str | None = None
 
 
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class FunctionDef(BaseModel):
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9_-]+$")]
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: StrictBool | None = None
+
+
+class Tool(BaseModel):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedToolChoice(BaseModel):
+    class _Name(BaseModel):
+        name: str
+
+    type: Literal["function"]
+    function: _Name
+
+
+class JSONSchemaFormat(BaseModel):
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9_-]+$")]
+    description: str | None = None
+    # "schema" shadows a BaseModel attribute, hence the alias.
+    schema_: Annotated[dict[str, Any] | None, Field(alias="schema")] = None
+    strict: StrictBool | None = None
+
+
+class ResponseFormat(BaseModel):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JSONSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError("json_schema: required when type is 'json_schema'")
+        return self
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+
+    @model_validator(mode="after")
+    def _check_tool_fields(self):
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError("tool_calls: only assistant messages carry tool_calls")
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("tool_call_id: required for tool messages")
+        return self
 
     def text(self) -> str:
         if self.content is None:
@@ -56,7 +117,8 @@ class _SamplingFields(BaseModel):
     top_p: TopP | None = None
     n: Annotated[StrictInt, Field(ge=1, le=16)] = 1
     stop: str | list[str] | None = None
-    seed: StrictInt | None = None
+    # int64, as vLLM's own server bounds it: larger seeds overflow torch's generator.
+    seed: Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1)] | None = None
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
     stream: StrictBool = False
@@ -64,7 +126,7 @@ class _SamplingFields(BaseModel):
     user: str | None = None
     logit_bias: dict[str, float] | None = None
     # vLLM extras
-    top_k: StrictInt | None = None
+    top_k: Annotated[StrictInt, Field(ge=-1, le=2**31 - 1)] | None = None
     min_p: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
     repetition_penalty: Annotated[float, Field(gt=0.0, le=2.0)] | None = None
     ignore_eos: StrictBool = False
@@ -94,14 +156,25 @@ class ChatCompletionRequest(_SamplingFields):
     max_completion_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
     logprobs: StrictBool = False
     top_logprobs: Annotated[StrictInt, Field(ge=0, le=20)] | None = None
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: Any = None
-    response_format: dict[str, Any] | None = None
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: StrictBool | None = None
+    response_format: ResponseFormat | None = None
 
     @model_validator(mode="after")
     def _check_chat(self):
         if self.top_logprobs is not None and not self.logprobs:
             raise ValueError("top_logprobs: requires logprobs to be true")
+        if self.tool_choice not in (None, "none") and not self.tools:
+            raise ValueError("tool_choice: requires tools")
+        if isinstance(self.tool_choice, NamedToolChoice):
+            names = {t.function.name for t in self.tools or []}
+            if self.tool_choice.function.name not in names:
+                raise ValueError(f"tool_choice: function {self.tool_choice.function.name!r} "
+                                 "is not among tools")
+        if self.tools and self.response_format and self.response_format.type != "text" \
+                and self.tool_choice not in (None, "none"):
+            raise ValueError("response_format: cannot be combined with tool calls")
         return self
 
     @property

@@ -20,10 +20,11 @@ from gateway.errors import OpenAIError
 from gateway.protocol import ChatCompletionRequest, CompletionRequest
 from gateway.remote_backend import RemoteBackend
 from gateway.routing import Router
+from gateway.strict_json import StrictJSONRoute
 
 log = logging.getLogger("gateway")
 ops_routes = APIRouter()
-api_routes = APIRouter()
+api_routes = APIRouter(route_class=StrictJSONRoute)  # bodies must be valid Unicode JSON
 SCRAPE_REFRESH_TIMEOUT_S = 5.0
 
 

@@ -20,15 +20,7 @@ def reject_unsupported(req: ChatCompletionRequest | CompletionRequest, speculati
     if speculative and req.min_p:
         raise invalid("min_p is not supported with speculative decoding",
                       param="min_p", code="unsupported_parameter")
-    if isinstance(req, ChatCompletionRequest):
-        if req.tools:
-            raise invalid("tools are not supported by this deployment", param="tools",
-                          code="unsupported_parameter")
-        rf = (req.response_format or {}).get("type", "text")
-        if rf != "text":
-            raise invalid(f"response_format type {rf!r} is not supported",
-                          param="response_format", code="unsupported_parameter")
-    else:
+    if isinstance(req, CompletionRequest):
         if req.suffix:
             raise invalid("suffix is not supported", param="suffix",
                           code="unsupported_parameter")
@@ -43,7 +35,12 @@ def sampling_kwargs(
     max_model_len: int,
     stream: bool,
     prompt_param: str,
+    defaults: dict[str, Any] | None = None,
+    structured: dict | None = None,
 ) -> dict[str, Any]:
+    """``defaults``: the model's generation-config sampling defaults (request wins);
+    ``structured``: ``StructuredOutputsParams`` kwargs constraining the output."""
+    defaults = defaults or {}
     room = max_model_len - prompt_len
     limit = req.output_limit
     if room <= 0 or (limit is not None and limit > room):
@@ -61,7 +58,7 @@ def sampling_kwargs(
         logprobs = req.logprobs
     kwargs: dict[str, Any] = dict(
         n=req.n,
-        max_tokens=limit if limit is not None else room,
+        max_tokens=limit if limit is not None else min(room, defaults.get("max_tokens", room)),
         stop=req.stop_list() or None,
         seed=req.seed,
         logprobs=logprobs,
@@ -69,6 +66,8 @@ def sampling_kwargs(
         min_tokens=req.min_tokens,
         output_kind="delta" if stream else "final_only",
     )
+    if structured is not None:
+        kwargs["structured_outputs"] = structured
     optional = {
         "temperature": req.temperature,
         "top_p": req.top_p,
@@ -78,5 +77,6 @@ def sampling_kwargs(
         "frequency_penalty": req.frequency_penalty,
         "repetition_penalty": req.repetition_penalty,
     }
-    kwargs.update({k: v for k, v in optional.items() if v is not None})
+    kwargs.update({k: v if v is not None else defaults[k] for k, v in optional.items()
+                   if v is not None or k in defaults})
     return kwargs

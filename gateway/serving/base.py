@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Protocol
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
+from gateway import access_log
 from gateway.context import RequestContext
 from gateway.engine_api import SpecEngine
 from gateway.errors import OpenAIError, invalid
@@ -48,13 +49,14 @@ class OpenAIServing(ABC):
     @abstractmethod
     def formatter(self, req: Any, prep: Prepared) -> Formatter: ...
 
-    def sampling(self, req: Any, prompt_len: int, prompt_param: str) -> Any:
+    def sampling(self, req: Any, prompt_len: int, prompt_param: str,
+                 structured: dict | None = None) -> Any:
         kwargs = sampling_kwargs(req, prompt_len, self.engine.max_model_len, req.stream,
-                                 prompt_param)
+                                 prompt_param, self.engine.sampling_defaults(), structured)
         try:
             return self.engine.build_sampling_params(kwargs)
         except (ValueError, TypeError) as exc:
-            raise invalid(str(exc)) from exc
+            raise invalid(str(exc), param=getattr(exc, "param", None)) from exc
 
     async def serve(self, ctx: RequestContext, generate: Generate) -> Response:
         prep = await self.prepare(ctx.body)
@@ -67,7 +69,9 @@ class OpenAIServing(ABC):
         async for d in watch_disconnect(ctx.http, generate(prep), ctx.model):
             finals[d.index] = d
         completion = sum(len(d.token_ids) for d in finals.values())
-        body = fmt.full(finals, usage(prep.prompt_tokens, completion))
+        u = usage(prep.prompt_tokens, completion, [d.spec for d in finals.values() if d.spec])
+        access_log.note_usage(u)
+        body = fmt.full(finals, u)
         ctx.finish(200)
         return JSONResponse(body)
 
@@ -76,13 +80,17 @@ class OpenAIServing(ABC):
         status, finished = 200, False
         gen = generate(prep)
         try:
-            completion, clock = 0, _TokenClock(ctx)
+            completion, clock, spec = 0, _TokenClock(ctx), []
             async for d in gen:
                 clock.tick(len(d.token_ids))
                 completion += len(d.token_ids)
+                if d.spec:
+                    spec.append(d.spec)
                 yield sse(fmt.chunk(d))
+            u = usage(prep.prompt_tokens, completion, spec)
+            access_log.note_usage(u)
             if ctx.body.include_usage:
-                yield sse(fmt.usage_chunk(usage(prep.prompt_tokens, completion)))
+                yield sse(fmt.usage_chunk(u))
             yield sse("[DONE]")
             finished = True
         except Exception as exc:  # the stream already started: end it with an error event
@@ -118,6 +126,7 @@ class _TokenClock:
         now = time.perf_counter()
         if self.last is None:
             self.ttft.observe(now - self.ctx.t0)
+            self.ctx.access.ttft_ms = round((now - self.ctx.t0) * 1000, 3)
         else:
             self.itl.observe((now - self.last) / tokens)
         self.last = now

@@ -4,31 +4,52 @@ from __future__ import annotations
 
 import uuid
 
+from gateway.engine_api import SpecEngine, ToolCallExtractor
 from gateway.errors import invalid
 from gateway.local_backend import Prepared
 from gateway.openai_format import ChatFormatter
 from gateway.protocol import ChatCompletionRequest
 from gateway.sampling import reject_unsupported
 from gateway.serving.base import OpenAIServing
+from gateway.structured_output import structured_outputs
+from gateway.tool_calls import plan_tools, template_messages
 
 
 class ChatServing(OpenAIServing):
     endpoint = "chat"
 
+    def __init__(self, engine: SpecEngine, tool_call_parser: str | None = None):
+        super().__init__(engine)
+        self.tool_call_parser = tool_call_parser  # for tool_choice "auto" (vLLM's parsers)
+        self._extractor: ToolCallExtractor | None = None
+
+    def _tool_extractor(self) -> ToolCallExtractor | None:
+        if self.tool_call_parser and self._extractor is None:
+            self._extractor = self.engine.tool_call_extractor(self.tool_call_parser)
+        return self._extractor
+
     async def prepare(self, req: ChatCompletionRequest) -> Prepared:
         reject_unsupported(req, self.engine.speculative)
         tok = self.engine.tokenizer
         try:
-            messages = [{"role": m.role, "content": m.text()} for m in req.messages]
+            messages = template_messages(req.messages)
         except ValueError as exc:
             raise invalid(str(exc), param="messages") from exc
+        plan = plan_tools(req, self._tool_extractor())
+        structured = (plan.structured_outputs() if plan
+                      else structured_outputs(req.response_format))
+        tools = ([t.model_dump(exclude_none=True) for t in req.tools]
+                 if req.tools and req.tool_choice != "none" else None)
         try:
-            text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            text = tok.apply_chat_template(messages, tools=tools, tokenize=False,
+                                           add_generation_prompt=True)
         except Exception as exc:  # template errors are the caller's messages' fault
             raise invalid(f"could not apply the chat template: {exc}", param="messages") from exc
         ids = tok.encode(text, add_special_tokens=False)
-        params = self.sampling(req, len(ids), "messages")
-        return Prepared(f"chatcmpl-{uuid.uuid4().hex}", [ids], params, req.n, len(ids), [text])
+        params = self.sampling(req, len(ids), "messages", structured)
+        return Prepared(f"chatcmpl-{uuid.uuid4().hex}", [ids], params, req.n, len(ids), [text],
+                        plan)
 
     def formatter(self, req: ChatCompletionRequest, prep: Prepared) -> ChatFormatter:
-        return ChatFormatter(prep.request_id, req.model, req.top_logprobs or 0, req.logprobs)
+        return ChatFormatter(prep.request_id, req.model, req.top_logprobs or 0, req.logprobs,
+                             prep.tool_plan)
