@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
+from engine_ext.internals import table_for
 from engine_ext.request_params import structured_outputs_config
 from engine_ext.settings import EngineSettings
 
@@ -108,6 +109,12 @@ def engine_args(settings: EngineSettings, device: str):
     else:
         kwargs["gpu_memory_utilization"] = settings.gpu_memory_utilization
     kwargs.update(settings.extra_engine_args)
+    t = table_for()
+    if kwargs.get("per_request_spec_decode_metrics", "none") != "none":
+        if t.spec_metrics_engine_arg is None:
+            raise ValueError(f"--per-request-spec-metrics: vLLM {t.versions} has no "
+                             "per-request speculative-decoding counts")
+        kwargs[t.spec_metrics_engine_arg] = kwargs.pop("per_request_spec_decode_metrics")
     return AsyncEngineArgs(**kwargs)
 
 
@@ -213,7 +220,6 @@ class SpecEngine:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         from engine_ext.collector import ProbePoller, all_engines_rpc
-        from engine_ext.internals import table_for
         from monitoring import metrics as m
 
         s = self.settings

@@ -19,6 +19,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from engine_ext.internals import table_for
+
 log = logging.getLogger("engine_ext.request_params")
 
 # SamplingParams fields a generation_config.json may set (``max_new_tokens`` arrives
@@ -39,12 +41,11 @@ class EngineRequestError(ValueError):
 
 def client_error(exc: BaseException) -> EngineRequestError | None:
     """``exc`` as an :class:`EngineRequestError` if vLLM blames the request, else None."""
-    from vllm import exceptions
-
     if isinstance(exc, EngineRequestError):
         return exc
-    # vLLM 0.26 has no VLLMClientError: its validation errors are ValueErrors already.
-    client = getattr(exceptions, "VLLMClientError", None)
+    t = table_for()
+    # None (0.26): vLLM's validation errors are ValueErrors already.
+    client = t.resolve(*t.client_error_class) if t.client_error_class else None
     if client is not None and isinstance(exc, client):
         msg = exc.args[0] if exc.args else str(exc)
         return EngineRequestError(str(msg), getattr(exc, "parameter", None))
@@ -82,14 +83,16 @@ def build_sampling_params(kwargs: dict[str, Any]):
 
 def default_sampling_params(llm) -> dict[str, Any]:
     """``{}`` when the engine runs with ``generation_config="vllm"``."""
-    diff = dict(llm.model_config.get_diff_sampling_param())
+    t = table_for()
+    diff = dict(getattr(llm.model_config, t.sampling_defaults_method[2])())
     if "max_new_tokens" in diff:
         diff["max_tokens"] = diff.pop("max_new_tokens")
     return {k: v for k, v in diff.items() if k in DEFAULTABLE}
 
 
 def spec_decode_counts(completion_output) -> dict[str, int] | None:
-    m = getattr(completion_output, "spec_decode_metrics", None)
+    attr = table_for().spec_metrics_output_attr
+    m = getattr(completion_output, attr, None) if attr else None
     if m is None:
         return None
     d = m.to_dict()
@@ -100,24 +103,23 @@ def spec_decode_counts(completion_output) -> dict[str, int] | None:
 
 def check_tool_call_parser(name: str) -> None:
     """Fail at start (not at the first request) on an unknown parser name."""
-    from vllm.tool_parsers import ToolParserManager
-
+    t = table_for()
+    manager = t.resolve(*t.tool_parser_manager)
     try:
-        ToolParserManager.get_tool_parser(name)
+        manager.get_tool_parser(name)
     except KeyError:
-        known = sorted({*ToolParserManager.tool_parsers, *ToolParserManager.lazy_parsers})
+        known = sorted({*manager.tool_parsers, *manager.lazy_parsers})
         raise ValueError(f"unknown --tool-call-parser {name!r}; known: {', '.join(known)}"
                          ) from None
 
 
 def tool_call_extractor(name: str, tokenizer):
-    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
-    from vllm.tool_parsers import ToolParserManager
-
-    parser_cls = ToolParserManager.get_tool_parser(name)
+    t = table_for()
+    chat_request = t.resolve(*t.chat_request_class)
+    parser_cls = t.resolve(*t.tool_parser_manager).get_tool_parser(name)
 
     def extract(text: str, tools: list[dict]) -> tuple[str | None, list[tuple[str, str]]]:
-        request = ChatCompletionRequest(model="-", messages=[], tools=tools)
+        request = chat_request(model="-", messages=[], tools=tools)
         parser = parser_cls(tokenizer, request.tools)  # stateful: one per response
         info = parser.extract_tool_calls(text, request)
         if not info.tools_called:

@@ -227,3 +227,24 @@ def test_serve_plugin_names_resolve_in_installed_vllm():
     assert set(t.vllm_metric_names) == {vllm_series.GEN, vllm_series.PROMPT,
                                         vllm_series.DRAFTS, vllm_series.ACCEPTED,
                                         vllm_series.PER_POS}
+
+
+# ---- the OpenAI layer's engine side (engine_ext.request_params) -------------------------
+def test_openai_layer_names_exist_in_installed_vllm():
+    import vllm
+
+    t = table_for()
+    root = Path(vllm.__file__).parent.parent
+    assert not [m for pt in t.openai_touch_points() if (m := touch_point_missing(root, *pt))]
+    assert callable(t.resolve(*t.tool_parser_manager, "get_tool_parser"))
+
+
+@pytest.mark.skipif(not (VLLM_026_SOURCES / "vllm").is_dir(), reason="0.26 sources absent")
+def test_openai_layer_names_exist_in_vllm_026_sources():
+    t = table_for("0.26.0")
+    assert not [m for pt in t.openai_touch_points()
+                if (m := touch_point_missing(VLLM_026_SOURCES, *pt))]
+    # What 0.26 lacks is declared, not assumed: the check would find it missing.
+    assert t.spec_metrics_output_attr is None
+    assert touch_point_missing(VLLM_026_SOURCES, "vllm.outputs", "CompletionOutput",
+                               "spec_decode_metrics")

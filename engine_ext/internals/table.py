@@ -46,8 +46,8 @@ class InternalsTable:
     suppressed_proposer_methods: tuple[str, ...] = ("dummy_run",)
     forward_context_name: str = "set_forward_context"
     # ---- Compiled drafters and the worker's drafter inspection (compiled_drafters.py,
-    # worker_inspect.py, worker_extension.py, plugin.py). Defaults are the 0.26-0.32 names;
-    # each version's TABLE states them again. Checked by tests/test_version_guard.py:
+    # worker_inspect.py, worker_extension.py, plugin.py). Defaults are the 0.26-0.32 names
+    # (a version's TABLE overrides only what differs). Checked by tests/test_version_guard.py:
     # importable ones with resolve_drafter_internals(), instance attributes and config
     # fields statically in the sources with drafter_touch_points().
     registry_module: str = "vllm.model_executor.models.registry"
@@ -107,6 +107,43 @@ class InternalsTable:
             text = Path(spec.origin).read_text() if spec and spec.origin else ""
             out[f"{mod}: {snippet}"] = snippet in text
         return out
+    # ---- The OpenAI layer's engine side (engine_ext.request_params): vLLM's request-level
+    # public types plus the helpers `vllm serve` uses for the same features.
+    tool_parser_manager: tuple[str, str] = (
+        "vllm.tool_parsers.abstract_tool_parser", "ToolParserManager")
+    chat_request_class: tuple[str, str] = (
+        "vllm.entrypoints.openai.chat_completion.protocol", "ChatCompletionRequest")
+    sampling_defaults_method: tuple[str, str, str] = (
+        "vllm.config.model", "ModelConfig", "get_diff_sampling_param")
+    # vLLM's "the client's fault" exception family; None where validation errors are
+    # plain ValueErrors (0.26).
+    client_error_class: tuple[str, str] | None = ("vllm.exceptions", "VLLMClientError")
+    # Per-request spec-decode counts: the CompletionOutput field and the engine argument
+    # that turns them on; None where vLLM has neither (0.26).
+    spec_metrics_output_attr: str | None = "spec_decode_metrics"
+    spec_metrics_engine_arg: str | None = "per_request_spec_decode_metrics"
+
+    def openai_touch_points(self) -> list[tuple[str, str, str]]:
+        """``(module, class, name)`` of every name engine_ext.request_params reads."""
+        pts = [(*self.tool_parser_manager, "get_tool_parser"), (*self.chat_request_class, ""),
+               self.sampling_defaults_method]
+        if self.client_error_class:
+            pts.append((*self.client_error_class, ""))
+        if self.spec_metrics_output_attr:
+            pts.append(("vllm.outputs", "CompletionOutput", self.spec_metrics_output_attr))
+        if self.spec_metrics_engine_arg:
+            pts.append(("vllm.engine.arg_utils", "EngineArgs", self.spec_metrics_engine_arg))
+        return pts
+
+    def resolve(self, module: str, *attrs: str):
+        """``module.attr1.attr2...`` imported from the installed vLLM."""
+        import importlib
+
+        obj = importlib.import_module(module)
+        for a in attrs:
+            obj = getattr(obj, a)
+        return obj
+
     # ---- `vllm serve` + plugin (engine_ext.endpoint_plugin / engine_ext.collector).
     # The front-end protocol our endpoint plugin implements (attach_router, init_state).
     endpoint_plugin_protocol: tuple[str, str] = field(kw_only=True)

@@ -31,25 +31,8 @@ TABLE = InternalsTable(
         "TargetDependentARSpeculator",
     ),
     v2_fused_decode_method="_fused_multi_step_decode",
-    # compiled drafters / worker inspection (checked against the installed vLLM)
-    registry_module="vllm.model_executor.models.registry",
-    registry_class="_ModelRegistry",
-    registry_resolve_method="resolve_model_cls",
-    drafter_models_table="_SPECULATIVE_DECODING_MODELS",
-    compile_decorator=("vllm.compilation.decorators", "support_torch_compile"),
-    compile_wrapper_class=("vllm.compilation.wrapper", "TorchCompileWithNoGuardsWrapper"),
-    compile_opt_out_attr="do_not_compile",
-    current_config_fn=("vllm.config", "get_current_vllm_config_or_none"),
-    v1_drafter_attr="drafter",
-    v2_drafter_attr="speculator",
-    drafter_model_attr="model",
-    v2_draft_model_owner=("vllm.v1.worker.gpu.spec_decode.speculator", "DraftModelSpeculator"),
-    v1_drafter_dispatcher_attr="cudagraph_dispatcher",
-    dispatcher_class=("vllm.v1.cudagraph_dispatcher", "CudagraphDispatcher"),
-    worker_base_class=("vllm.v1.worker.worker_base", "WorkerBase"),
-    worker_runner_attr="model_runner",
-    worker_rank_attr="rank",
-    runner_config_attr="vllm_config",
+    # compiled drafters / worker inspection, OpenAI layer: the InternalsTable
+    # defaults (checked against the installed vLLM by tests/test_version_guard.py).
     # ---- `vllm serve` + plugin
     endpoint_plugin_protocol=("vllm.plugins.endpoint_plugins.interface", "EndpointPlugin"),
     engine_client_core_attr="engine_core",
