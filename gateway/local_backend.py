@@ -63,6 +63,10 @@ class LocalBackend:
     def healthy(self) -> bool:
         return self.engine.ready
 
+    @property
+    def up(self) -> bool:
+        return self.engine.ready
+
     async def handle(self, ctx: RequestContext) -> Response:
         return await self.servings[ctx.endpoint].serve(ctx, self.generate)
 

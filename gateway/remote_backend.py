@@ -55,7 +55,11 @@ class RemoteBackend:
         self.client = httpx.AsyncClient(
             base_url=spec.url.rstrip("/"),
             timeout=httpx.Timeout(spec.timeout_s, connect=spec.connect_timeout_s),
-            limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256),
+            # Idle connections are dropped well before a backend's keep-alive timeout
+            # (uvicorn's, so vLLM's and ours, is 5 s, httpx's default expiry too): reusing
+            # one the server is closing is a ReadError on a request that never arrived.
+            limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256,
+                                keepalive_expiry=2.0),
         )
         self._task: asyncio.Task | None = None
 
@@ -66,6 +70,10 @@ class RemoteBackend:
     @property
     def healthy(self) -> bool:
         return self._up and time.monotonic() >= self._ejected_until
+
+    @property
+    def up(self) -> bool:
+        return self._up
 
     # ----------------------------------------------------------- health
     async def check(self, down_after: int = 3) -> bool:
@@ -140,7 +148,12 @@ class RemoteBackend:
         m.BACKEND_IN_FLIGHT.labels(self.name).inc()
         try:
             req = self.client.build_request("POST", path, json=body, headers=headers)
-            resp = await self.client.send(req, stream=True)
+            try:
+                resp = await self.client.send(req, stream=True)
+            except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError):
+                # A pooled connection the backend closed as we reused it: no response
+                # byte came back, the request never ran. Once more, on a new connection.
+                resp = await self.client.send(req, stream=True)
         except httpx.HTTPError as exc:
             self._done(t0, "connect_error")
             self._failed(type(exc).__name__)

@@ -33,6 +33,12 @@ class Backend(Protocol):
     @property
     def healthy(self) -> bool: ...
 
+    @property
+    def up(self) -> bool:
+        """Passes its active health check (``healthy`` also requires not being ejected
+        after failed requests)."""
+        ...
+
     async def handle(self, ctx: RequestContext) -> Response:
         """Serve the request. Raises ``BackendUnavailable`` only before anything was
         sent to the backend's engine, so the caller may retry elsewhere."""
@@ -111,6 +117,12 @@ class Router:
         if not serving:
             raise model_not_found(model)
         healthy = [b for b in serving if b.healthy and b.name not in exclude]
+        if not healthy:
+            # Panic mode (as Envoy's panic threshold): with every backend ejected after
+            # failed requests, route to those that still pass their health check rather
+            # than refuse everything; one flaky moment on the only backend must not turn
+            # into eject_for_s of 503s.
+            healthy = [b for b in serving if b.up and b.name not in exclude]
         if not healthy:
             raise OpenAIError(f"No healthy backend for model `{model}` right now.", 503,
                               "service_unavailable", "model", "backend_unavailable")

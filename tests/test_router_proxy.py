@@ -48,6 +48,8 @@ async def completions(request: Request):
     mode = body["prompt"]
     if body.get("stream"):
         return StreamingResponse(_stream(mode), media_type="text/event-stream")
+    if mode == "fail500":  # the backend's own server error, before any byte
+        return JSONResponse({"error": {"message": "boom", "type": "internal_error"}}, 500)
     if mode == "drop":
         async def partial():
             yield b'{"id": "cmpl-up", "choices": ['
@@ -161,6 +163,20 @@ def test_limiter_refuses_with_429_when_full_then_recovers(router):
         time.sleep(0.05)
     ok = httpx.post(f"{router.url}/v1/completions", json=completion("fine", False), timeout=30)
     assert ok.status_code == 200
+
+
+def test_only_backend_ejected_still_serves_panic_mode(router):
+    """Three failed requests eject the only backend (passive ejection); it still passes
+    its health check, so requests keep going to it instead of 503s for eject_for_s."""
+    for _ in range(3):
+        r = httpx.post(f"{router.url}/v1/completions", json=completion("fail500", False),
+                       timeout=30)
+        assert r.status_code == 503, r.text
+    assert metric_sum(scrape(router.url), "specgw_backend_up", backend="up") == 0
+    for _ in range(3):
+        ok = httpx.post(f"{router.url}/v1/completions", json=completion("fine", False),
+                        timeout=30)
+        assert ok.status_code == 200, ok.text
 
 
 def test_router_mode_never_imports_vllm(router):

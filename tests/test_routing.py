@@ -28,6 +28,7 @@ class Node:
     name: str
     outstanding: int = 0
     healthy: bool = True
+    up: bool = True  # passes its health check (healthy = up and not ejected)
     models: list[str] = field(default_factory=lambda: ["m"])
 
     async def handle(self, ctx):  # never called: routing only chooses
@@ -64,7 +65,7 @@ def test_session_affinity_is_stable_and_moves_only_lost_sessions():
 
 def test_router_filters_by_model_then_health_then_policies():
     a, b = Node("a", 5), Node("b", 0, models=["m", "other"])
-    down = Node("down", 0, healthy=False)
+    down = Node("down", 0, healthy=False, up=False)
     router = Router([a, b, down])
     assert router.models() == ["m", "other"]
     assert router.pick("other") is b
@@ -76,6 +77,16 @@ def test_router_filters_by_model_then_health_then_policies():
     with pytest.raises(OpenAIError) as e:
         router.pick("m", exclude=frozenset({"a", "b"}))
     assert (e.value.status, e.value.code) == (503, "backend_unavailable")
+
+
+def test_router_panics_to_ejected_backends_that_pass_health_checks():
+    ejected = Node("ejected", 0, healthy=False, up=True)
+    down = Node("down", 0, healthy=False, up=False)
+    assert Router([down, ejected]).pick("m") is ejected
+    assert Router([Node("ok", 9), ejected]).pick("m").name == "ok"  # no panic needed
+    with pytest.raises(OpenAIError) as e:
+        Router([down]).pick("m")
+    assert e.value.status == 503
 
 
 def test_router_chain_affinity_first_then_load():
