@@ -61,3 +61,15 @@ def vllm_serve() -> Iterator[Server]:
         yield srv
     finally:
         srv.stop()
+
+
+def assert_cpu_self_check(sc: dict, k: int) -> None:
+    """The start-up self-check of the bundled pair on the CPU engine, as served by
+    ``specgw serve`` and by ``vllm serve`` + plugin alike: no graphs, every pass eager."""
+    assert sc["device"] == "cpu"
+    rank = sc["ranks"][0]
+    assert rank["cudagraph_mode"] == "NONE"
+    assert rank["drafter_model_class"] == "Eagle3LlamaForCausalLM"
+    assert rank["num_speculative_tokens"] == k
+    assert sc["reports"][0]["expected"]["1"]["first_pass"] == "none"
+    assert sc["reports"][0]["expected"]["max"]["first_pass_mixed"] == "none"

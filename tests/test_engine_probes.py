@@ -7,7 +7,7 @@ NONE, split into the drafter's first pass and its k-1 per-token steps.
 from __future__ import annotations
 
 import httpx
-from conftest import MODEL, metric_sum, scrape
+from conftest import MODEL, assert_cpu_self_check, metric_sum, scrape
 
 K = 3  # the bundled default num_speculative_tokens
 
@@ -123,11 +123,5 @@ def test_generated_tokens_counted_from_engine(base_url, client):
 
 def test_self_check_reports_cpu_eager(base_url):
     sc = httpx.get(f"{base_url}/v1/engine/self_check", timeout=10).json()
-    assert sc["device"] == "cpu"
-    rank = sc["ranks"][0]
-    assert rank["cudagraph_mode"] == "NONE"
-    assert rank["drafter_model_class"] == "Eagle3LlamaForCausalLM"
-    assert rank["num_speculative_tokens"] == K
-    assert sc["reports"][0]["expected"]["1"]["first_pass"] == "none"
-    assert sc["reports"][0]["expected"]["max"]["first_pass_mixed"] == "none"
+    assert_cpu_self_check(sc, K)
     assert sc["warnings"] == []  # CPU: predictions are notes, never warnings

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 import httpx
 import pytest
-from conftest import Server, metric_sum, scrape
+from conftest import Server, assert_cpu_self_check, metric_sum, scrape
 
 from engine_ext.engine import WORKER_EXTENSION
 from engine_ext.vllm_serve import (
@@ -49,12 +49,7 @@ def diff(after: dict, before: dict, name: str, **labels: str) -> float:
 
 def test_self_check_route_and_vllm_log(url, vllm_serve):
     sc = httpx.get(f"{url}/v1/engine/self_check", timeout=30).json()
-    assert sc["device"] == "cpu"
-    rank = sc["ranks"][0]
-    assert rank["cudagraph_mode"] == "NONE"
-    assert rank["drafter_model_class"] == "Eagle3LlamaForCausalLM"
-    assert rank["num_speculative_tokens"] == K
-    assert sc["reports"][0]["expected"]["1"]["first_pass"] == "none"
+    assert_cpu_self_check(sc, K)
     log = vllm_serve.log_path.read_text(errors="replace")
     # vLLM's own log, vLLM's format: the self-check and the plugin's summary line.
     assert "Loaded endpoint plugin specgw_endpoints" in log
