@@ -98,7 +98,8 @@ TOOL = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
         ("/v1/chat/completions", {"logit_bias": {"5": 10}}, "logit_bias"),
         ("/v1/completions", {"logit_bias": {"5": 10}}, "logit_bias"),
         ("/v1/chat/completions", {"min_p": 0.1}, "min_p"),  # refused with speculation
-        ("/v1/chat/completions", {"tools": TOOL}, "tools"),
+        # tools default to tool_choice "auto", which needs --tool-call-parser
+        ("/v1/chat/completions", {"tools": TOOL}, "tool_choice"),
         ("/v1/completions", {"suffix": "\n"}, "suffix"),
         ("/v1/completions", {"best_of": 3, "n": 2}, "best_of"),
     ],
