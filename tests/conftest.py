@@ -73,3 +73,32 @@ def assert_cpu_self_check(sc: dict, k: int) -> None:
     assert rank["num_speculative_tokens"] == k
     assert sc["reports"][0]["expected"]["1"]["first_pass"] == "none"
     assert sc["reports"][0]["expected"]["max"]["first_pass_mixed"] == "none"
+
+
+# One gateway for the OpenAI-feature tests (tools, structured outputs, generation
+# defaults, per-request counts), shared by their modules: the committed test model dir
+# tests/models/tiny-tools (the bundled weights, a Hermes-style chat template that renders
+# ``tools``, a generation_config.json with temperature 0) with the bundled EAGLE-3 head,
+# vLLM's ``hermes`` tool-call parser and per-request spec-decode metrics on.
+TOOLS_MODEL = "tiny-tools"
+
+
+@pytest.fixture(scope="session")
+def tools_server() -> Iterator[Server]:
+    srv = Server("gateway-tools", [
+        "--log-format", "json", "--model", str(ROOT / "tests" / "models" / "tiny-tools"),
+        "--served-model-name", TOOLS_MODEL, "--tool-call-parser", "hermes",
+        "--per-request-spec-metrics"])
+    try:
+        srv.wait_ready()
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="session")
+def tools_client(tools_server: Server):
+    from openai import OpenAI
+
+    return OpenAI(base_url=f"{tools_server.url}/v1", api_key="unused", max_retries=0,
+                  timeout=120)

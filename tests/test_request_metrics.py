@@ -9,14 +9,7 @@ import time
 
 import httpx
 import pytest
-import tools_server
-from conftest import metric_sum, scrape
-from tools_server import TOOLS_MODEL
-
-
-@pytest.fixture(scope="module")
-def srv(request):
-    return tools_server.shared(request.config)
+from conftest import TOOLS_MODEL, metric_sum, scrape
 
 
 def _spec_counters(url: str) -> tuple[float, float]:
@@ -26,13 +19,13 @@ def _spec_counters(url: str) -> tuple[float, float]:
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_usage_spec_counts_match_engine_counters(srv, stream):
-    before = _spec_counters(srv.url)
+def test_usage_spec_counts_match_engine_counters(tools_server, stream):
+    before = _spec_counters(tools_server.url)
     body = {"model": TOOLS_MODEL, "prompt": "def add(a, b):", "max_tokens": 48,
             "ignore_eos": True, "stream": stream}
     if stream:
         body["stream_options"] = {"include_usage": True}
-    r = httpx.post(f"{srv.url}/v1/completions", json=body, timeout=120)
+    r = httpx.post(f"{tools_server.url}/v1/completions", json=body, timeout=120)
     assert r.status_code == 200, r.text
     if stream:
         events = [json.loads(line[6:]) for line in r.text.splitlines()
@@ -45,7 +38,7 @@ def test_usage_spec_counts_match_engine_counters(srv, stream):
     want = (spec["num_draft_tokens"], spec["num_accepted_tokens"])
     deadline = time.monotonic() + 15  # engine stats reach the counters a step later
     while True:
-        after = _spec_counters(srv.url)
+        after = _spec_counters(tools_server.url)
         got = (after[0] - before[0], after[1] - before[1])
         if got == want or time.monotonic() > deadline:
             break
@@ -55,17 +48,17 @@ def test_usage_spec_counts_match_engine_counters(srv, stream):
         1 + spec["num_accepted_tokens"] / spec["num_spec_steps"])
 
 
-def test_access_log_line_per_request(srv):
+def test_access_log_line_per_request(tools_server):
     rid = f"a2-{time.time_ns()}"
-    r = httpx.post(f"{srv.url}/v1/completions", headers={"x-request-id": rid}, timeout=120,
+    r = httpx.post(f"{tools_server.url}/v1/completions", headers={"x-request-id": rid}, timeout=120,
                    json={"model": TOOLS_MODEL, "prompt": "x", "max_tokens": 3})
     assert r.status_code == 200
-    bad = httpx.post(f"{srv.url}/v1/completions", headers={"x-request-id": rid + "-bad"},
+    bad = httpx.post(f"{tools_server.url}/v1/completions", headers={"x-request-id": rid + "-bad"},
                      json={"model": TOOLS_MODEL, "prompt": "x", "min_tokens": 9,
                            "max_tokens": 3}, timeout=60)
     assert bad.status_code == 400, bad.text  # vLLM's own check, no longer a 500
     time.sleep(0.5)
-    lines = [json.loads(x) for x in srv.log_path.read_text().splitlines()
+    lines = [json.loads(x) for x in tools_server.log_path.read_text().splitlines()
              if x.startswith("{") and "gateway.access" in x]
     mine = {x["request_id"]: x for x in lines if x["request_id"].startswith(rid)}
     ok, err = mine[rid], mine[rid + "-bad"]

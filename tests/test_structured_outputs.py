@@ -7,21 +7,8 @@ from __future__ import annotations
 import json
 
 import httpx
-import pytest
-import tools_server
+from conftest import TOOLS_MODEL
 from pydantic import BaseModel, Field
-from tools_server import TOOLS_MODEL
-
-
-@pytest.fixture(scope="module")
-def srv(request):
-    return tools_server.shared(request.config)
-
-
-@pytest.fixture(scope="module")
-def oai(srv):
-    return tools_server.openai_client(srv)
-
 
 MESSAGES = [{"role": "user", "content": "Describe a point."}]
 
@@ -33,8 +20,8 @@ class Point(BaseModel):
     y: int = Field(ge=0, le=99)
 
 
-def test_parse_with_pydantic_model(oai):
-    r = oai.beta.chat.completions.parse(
+def test_parse_with_pydantic_model(tools_client):
+    r = tools_client.beta.chat.completions.parse(
         model=TOOLS_MODEL, messages=MESSAGES, response_format=Point, max_tokens=80,
         temperature=0.8, seed=1)
     choice = r.choices[0]
@@ -42,8 +29,8 @@ def test_parse_with_pydantic_model(oai):
     assert isinstance(choice.message.parsed, Point), choice.message.content
 
 
-def test_json_schema_streaming(oai):
-    stream = oai.chat.completions.create(
+def test_json_schema_streaming(tools_client):
+    stream = tools_client.chat.completions.create(
         model=TOOLS_MODEL, messages=MESSAGES, max_tokens=80, stream=True, temperature=0.8,
         seed=2, response_format={"type": "json_schema", "json_schema": {
             "name": "point", "strict": True, "schema": Point.model_json_schema()}})
@@ -51,8 +38,8 @@ def test_json_schema_streaming(oai):
     Point.model_validate_json(text)
 
 
-def test_json_object(oai):
-    r = oai.chat.completions.create(
+def test_json_object(tools_client):
+    r = tools_client.chat.completions.create(
         model=TOOLS_MODEL, messages=MESSAGES, max_tokens=60, seed=3,
         response_format={"type": "json_object"})
     if r.choices[0].finish_reason == "stop":
@@ -61,8 +48,8 @@ def test_json_object(oai):
         assert r.choices[0].message.content.lstrip().startswith("{")
 
 
-def test_bad_schema_is_400_with_param(srv):
-    r = httpx.post(f"{srv.url}/v1/chat/completions", timeout=60, json={
+def test_bad_schema_is_400_with_param(tools_server):
+    r = httpx.post(f"{tools_server.url}/v1/chat/completions", timeout=60, json={
         "model": TOOLS_MODEL, "messages": MESSAGES, "response_format": {
             "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nope"}}}})
     assert r.status_code == 400, r.text

@@ -9,21 +9,8 @@ import json
 
 import httpx
 import pytest
-import tools_server
-from conftest import MODEL
+from conftest import MODEL, TOOLS_MODEL
 from jsonschema import validate
-from tools_server import TOOLS_MODEL
-
-
-@pytest.fixture(scope="module")
-def srv(request):
-    return tools_server.shared(request.config)
-
-
-@pytest.fixture(scope="module")
-def oai(srv):
-    return tools_server.openai_client(srv)
-
 
 WEATHER = {"type": "object", "properties": {
     "city": {"type": "string", "maxLength": 8},
@@ -45,8 +32,8 @@ def assert_valid_calls(calls) -> None:
         validate(json.loads(c.function.arguments), SCHEMAS[c.function.name])
 
 
-def test_named_tool_choice(oai):
-    r = oai.chat.completions.create(model=TOOLS_MODEL, messages=MESSAGES, tools=TOOLS,
+def test_named_tool_choice(tools_client):
+    r = tools_client.chat.completions.create(model=TOOLS_MODEL, messages=MESSAGES, tools=TOOLS,
                                     tool_choice=NAMED, max_tokens=60)
     msg = r.choices[0].message
     assert r.choices[0].finish_reason == "stop", r.choices[0]
@@ -55,19 +42,19 @@ def test_named_tool_choice(oai):
 
 
 @pytest.mark.parametrize("choice", [NAMED, "required"])
-def test_streamed_tool_calls_reassembled_by_sdk(oai, choice):
+def test_streamed_tool_calls_reassembled_by_sdk(tools_client, choice):
     # parallel_tool_calls=False: one call at most (the tiny model would repeat calls
     # until max_tokens otherwise)
-    with oai.beta.chat.completions.stream(model=TOOLS_MODEL, messages=MESSAGES, tools=TOOLS,
-                                          tool_choice=choice, max_tokens=80,
-                                          parallel_tool_calls=False) as stream:
+    with tools_client.beta.chat.completions.stream(
+            model=TOOLS_MODEL, messages=MESSAGES, tools=TOOLS, tool_choice=choice,
+            max_tokens=80, parallel_tool_calls=False) as stream:
         final = stream.get_final_completion()
     assert final.choices[0].finish_reason in ("stop", "tool_calls"), final.choices[0]
     assert_valid_calls(final.choices[0].message.tool_calls)
 
 
-def test_required_tool_choice(oai):
-    r = oai.chat.completions.create(model=TOOLS_MODEL, messages=MESSAGES, tools=TOOLS,
+def test_required_tool_choice(tools_client):
+    r = tools_client.chat.completions.create(model=TOOLS_MODEL, messages=MESSAGES, tools=TOOLS,
                                     tool_choice="required", max_tokens=80,
                                     parallel_tool_calls=False)
     assert r.choices[0].finish_reason == "tool_calls", r.choices[0]
@@ -75,14 +62,14 @@ def test_required_tool_choice(oai):
     assert_valid_calls(r.choices[0].message.tool_calls)
 
 
-def test_tool_history_and_auto_with_parser(oai):
+def test_tool_history_and_auto_with_parser(tools_client):
     history = [*MESSAGES,
                {"role": "assistant", "content": None, "tool_calls": [{
                    "id": "call_1", "type": "function",
                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
                {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"}]
     for stream in (False, True):
-        r = oai.chat.completions.create(model=TOOLS_MODEL, messages=history, tools=TOOLS,
+        r = tools_client.chat.completions.create(model=TOOLS_MODEL, messages=history, tools=TOOLS,
                                         tool_choice="auto", max_tokens=24, stream=stream)
         if stream:
             parts = [c.choices[0].delta for c in r if c.choices]
