@@ -125,3 +125,12 @@ def test_self_check_reports_cpu_eager(base_url):
     sc = httpx.get(f"{base_url}/v1/engine/self_check", timeout=10).json()
     assert_cpu_self_check(sc, K)
     assert sc["warnings"] == []  # CPU: predictions are notes, never warnings
+
+
+def test_startup_heap_is_frozen_out_of_the_collector(server):
+    """As vllm serve: the start-up heap (torch, vLLM, tokenizer) is frozen once the engine
+    is up, so full collections while serving do not walk it (docs/serve_compare.md)."""
+    import re
+
+    found = re.findall(r"froze (\d+) start-up objects", server.log_path.read_text())
+    assert len(found) == 1 and int(found[0]) > 100_000, found
