@@ -6,6 +6,8 @@ NONE, split into the drafter's first pass and its k-1 per-token steps.
 
 from __future__ import annotations
 
+import re
+
 import httpx
 from conftest import MODEL, assert_cpu_self_check, metric_sum, scrape
 
@@ -130,7 +132,5 @@ def test_self_check_reports_cpu_eager(base_url):
 def test_startup_heap_is_frozen_out_of_the_collector(server):
     """As vllm serve: the start-up heap (torch, vLLM, tokenizer) is frozen once the engine
     is up, so full collections while serving do not walk it (docs/serve_compare.md)."""
-    import re
-
     found = re.findall(r"froze (\d+) start-up objects", server.log_path.read_text())
     assert len(found) == 1 and int(found[0]) > 100_000, found
