@@ -336,17 +336,15 @@ def router_section(rs: RunSet, stats: Stats) -> list[str]:
 
     failed = [r for _, _, r in sorted(windows, key=lambda w: w[0]) if r["bench"].get("failed")]
     lines = [f"Run set `{rs.label}`: `specgw serve --backend engine=<vllm serve of the same "
-             "set>` against that `vllm serve` directly."]
+             "set>` against that `vllm serve` directly; medians (min-max) over the paired "
+             "repetitions.", ""]
     for c in rs.conc():
         if s := stats.get(("router", "vllm", c)):
+            itl = [statistics.median(rs.values(v, c, "median_itl_ms")) for v in ("router", "vllm")]
             lines.append(f"* c={c}: router / direct output tok/s {s['ratio'].text('{:.2f}')}, "
-                         f"TTFT p50 difference {s['ttft_add'].text('{:+.0f}')} ms.")
-    for c in rs.conc():
-        itl = {v: statistics.median(x) for v in ("router", "vllm")
-               if (x := rs.values(v, c, "median_itl_ms"))}
-        if len(itl) == 2:
-            lines.append(f"* c={c}: inter-token latency p50 (median over repetitions) through "
-                         f"the router {itl['router']:.2f} ms, directly {itl['vllm']:.2f} ms.")
+                         f"TTFT p50 difference {s['ttft_add'].text('{:+.1f}')} ms; "
+                         f"inter-token latency p50 through the router {itl[0]:.2f} ms, "
+                         f"directly {itl[1]:.2f} ms.")
     lines.append("* Runs with failed requests: " + ("; ".join(
         f"c={r['concurrency']} rep {r['rep']}: {r['bench']['failed']} failed of "
         f"{r['bench']['failed'] + r['bench']['completed']}" for r in failed) or "none") + ".")
