@@ -181,6 +181,18 @@ def targets(sets: list[RunSet], stats: dict[str, Stats]) -> list[list[object]]:
     return rows
 
 
+def resolution(stats: dict[str, Stats]) -> list[str]:
+    """How wide the probe-overhead error bars are next to the 1 % target."""
+    w = [100 * (s["ratio"].hi - s["ratio"].lo) for st in stats.values()
+         for (a, b, _), s in st.items() if b == "specgw-probes-off"]
+    if not w:
+        return []
+    return [f"The probe-overhead error bars (min-max over paired repetitions) are "
+            f"{min(w):.0f}-{max(w):.0f} points wide against a {T_PROBES.threshold:g}% target: "
+            "these runs do not resolve the overhead at that level, whichever side the median "
+            "falls on.", ""]
+
+
 # ------------------------------------------------------------------------ the swings
 def noise_table(sets: list[RunSet], v: str = "vllm") -> list[str]:
     """The same server configuration in every run set, side by side (never divided)."""
@@ -471,6 +483,7 @@ def document(sets: list[RunSet], out: Path, title: str) -> list[str]:
               "many single repetitions would meet it.", "",
               *md_table(["target", "run set", "concurrency", "measured: median (min-max)",
                          "met?", "repetitions meeting it"], targets(sets, stats)), "",
+              *resolution(stats),
               "## Engine configuration", "",
               "Stated by the harness (`servers.json`, the same for every server of every "
               "run set):", "", *md_table(["setting", "value"],
