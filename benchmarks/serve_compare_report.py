@@ -298,6 +298,18 @@ def swing_summary(sets: list[RunSet], cs: Sequence[int]) -> list[str]:
     ]
 
 
+def tail_requests(r: dict, ceiling: float) -> str:
+    """Which requests of run ``r`` waited longer than ``ceiling`` ms for their first token,
+    when the run kept per-request timings."""
+    b = r["bench"]
+    late = [s for s, t in zip(b.get("request_start_ms", []), b.get("request_ttft_ms", []),
+                              strict=True) if t > ceiling]
+    if not late:
+        return ""
+    return (f", {len(late)} requests over {ceiling:.0f} ms, started {min(late):.0f}-"
+            f"{max(late):.0f} ms after the run's first request")
+
+
 def swing_findings(sets: list[RunSet], cs: Sequence[int]) -> list[str]:
     """The statements about the swings, every number computed here."""
     out = []
@@ -327,6 +339,7 @@ def swing_findings(sets: list[RunSet], cs: Sequence[int]) -> list[str]:
                            f"{v} rep {r['rep']} p90/p99 {r['bench']['p90_ttft_ms']:.0f}/"
                            f"{r['bench']['p99_ttft_ms']:.0f} ms, "
                            f"{r['bench']['output_throughput']:.0f} tok/s ({slowest(rs, v, c, r)})"
+                           + tail_requests(r, ceiling)
                            for v, r in tails) if tails else "") + ".")
     return out
 
@@ -453,9 +466,12 @@ def not_measured(sets: list[RunSet]) -> list[str]:
                                              for va in rs.variants() for vb in rs.variants()):
             lines.append(f"* `{a}` / `{b}` ({what}): both ran, but in different run sets, so "
                          "no ratio is computed.")
-    lines.append("* Per-request timings: `serve_compare.py` keeps `vllm bench serve`'s summary "
-                 "fields only, so which requests make up a TTFT tail (the first wave, or a "
-                 "later one) is not in the data.")
+    if not any("request_ttft_ms" in r["bench"] for rs in sets for rr in rs.cells.values()
+               for r in rr):
+        lines.append("* Per-request timings: these runs kept `vllm bench serve`'s summary "
+                     "fields only, so which requests make up a TTFT tail (the first wave, or "
+                     "a later one) is not in the data (`serve_compare.py` now keeps each "
+                     "request's start and TTFT).")
     return lines
 
 

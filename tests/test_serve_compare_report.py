@@ -75,3 +75,31 @@ def test_router_verdict_follows_the_data(tmp_path: Path):
 
     assert router_row(RunSet.load(DATA / "run2_router"))[4] == "**no**"
     assert router_row(RunSet.load(src))[4] == "yes"
+
+
+def test_summarise_keeps_per_request_ttft_and_errors():
+    from benchmarks.serve_compare import summarise
+
+    res = {"output_throughput": 10.0, "median_ttft_ms": 5.0, "generated_texts": ["x", ""],
+           "start_times": [100.0, 100.25], "ttfts": [0.0123, 0.0],
+           "errors": ["", "Traceback (most recent call last):\n  ...\nReadError: boom\n"]}
+    out = summarise(res)
+    assert out["request_start_ms"] == [0.0, 250.0]
+    assert out["request_ttft_ms"] == [12.3, 0.0]
+    assert out["error_counts"] == {"ReadError: boom": 1}
+    assert "generated_texts" not in out and out["output_throughput"] == 10.0
+
+
+def test_per_request_timings_place_a_ttft_tail(tmp_path: Path):
+    from benchmarks.serve_compare_report import swing_findings
+
+    src = tmp_path / "run1"
+    shutil.copytree(DATA / "run1", src)
+    f = src / "runs" / "specgw_c128_r2.json"  # a run whose TTFT p99 exceeds every vllm run's
+    r = json.loads(f.read_text())
+    r["bench"]["request_start_ms"] = [0.0, 5.0, 900.0]
+    r["bench"]["request_ttft_ms"] = [600.0, 550.0, 40.0]
+    f.write_text(json.dumps(r))
+    text = "\n".join(swing_findings([RunSet.load(src)], [128]))
+    assert "specgw rep 2 p90/p99 546/552 ms" in text
+    assert "2 requests over 318 ms, started 0-5 ms after the run's first request" in text
