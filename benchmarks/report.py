@@ -52,7 +52,8 @@ class Spread:
         return cls(statistics.median(values), min(values), max(values), len(values))
 
     def text(self, fmt: str = "{:.0f}") -> str:
-        sep = " to " if self.lo < 0 else "-"  # "-3 to -1", not "-3--1"
+        # "-3 to -1", not "-3--1"; "+1 to +3", not "+1-+3"
+        sep = " to " if self.lo < 0 or "+" in fmt else "-"
         return f"{fmt.format(self.median)} ({fmt.format(self.lo)}{sep}{fmt.format(self.hi)})"
 
 

@@ -177,10 +177,29 @@ def bench(a: argparse.Namespace, url: str, c: int, label: str) -> dict:
         "--ignore-eos", "--num-prompts", str(n), "--max-concurrency", str(c),
         "--num-warmups", str(a.num_warmups), "--seed", str(a.seed), "--disable-tqdm",
         "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
-        "--temperature", "0", "--label", label])
-    res = main(args)
-    return {k: v for k, v in res.items()
-            if k in KEEP or (k.endswith("_ms") and isinstance(v, int | float))}
+        "--temperature", "0", "--label", label, "--save-detailed"])
+    return summarise(main(args))
+
+
+def summarise(res: dict) -> dict:
+    """The kept fields of one ``vllm bench serve`` result, plus per request its start (ms
+    after the first request) and TTFT, and the distinct errors with their counts: enough
+    to see which requests a TTFT tail or a failure burst hit, without the texts."""
+    out = {k: v for k, v in res.items()
+           if k in KEEP or (k.endswith("_ms") and isinstance(v, int | float))}
+    starts, ttfts = res.get("start_times") or [], res.get("ttfts") or []
+    if starts and len(starts) == len(ttfts):
+        t0 = min(starts)
+        out["request_start_ms"] = [round(1000 * (t - t0), 1) for t in starts]
+        out["request_ttft_ms"] = [round(1000 * t, 1) for t in ttfts]  # 0 for a failed one
+    errors: dict[str, int] = {}
+    for e in res.get("errors") or []:
+        if e:  # the last line of a traceback names the exception
+            last = e.strip().splitlines()[-1][:300]
+            errors[last] = errors.get(last, 0) + 1
+    if errors:
+        out["error_counts"] = errors
+    return out
 
 
 def run_matrix(a: argparse.Namespace, servers: dict[str, Server]) -> None:

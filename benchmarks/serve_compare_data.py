@@ -1,0 +1,96 @@
+"""One ``serve_compare.py`` output directory read back: the runs per (server, concurrency),
+ratios paired by repetition, and what each server's own log says (its engine
+configuration line, KV cache size, the router's failover and ejection lines).
+
+Two directories are two sets of server processes started at different times; only servers
+of one directory are ever divided by each other (see ``serve_compare_report.py``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+Cells = dict[tuple[str, int], list[dict]]
+
+
+@dataclass
+class RunSet:
+    """``OUT`` of one ``serve_compare.py`` invocation."""
+
+    label: str
+    src: Path
+    meta: dict
+    cells: Cells
+
+    @classmethod
+    def load(cls, src: Path, label: str | None = None) -> RunSet:
+        meta = json.loads((src / "servers.json").read_text())
+        cells: Cells = {}
+        for f in sorted((src / "runs").glob("*.json")):
+            r = json.loads(f.read_text())
+            cells.setdefault((r["variant"], r["concurrency"]), []).append(r)
+        for runs in cells.values():
+            runs.sort(key=lambda r: r["rep"])
+        return cls(label or src.name, src, meta, cells)
+
+    def conc(self) -> list[int]:
+        return sorted({c for _, c in self.cells})
+
+    def variants(self) -> list[str]:
+        return [v for v in self.meta["protocol"]["variants"]
+                if any(vv == v for vv, _ in self.cells)]
+
+    def runs(self, v: str, c: int) -> list[dict]:
+        return self.cells.get((v, c), [])
+
+    def values(self, v: str, c: int, key: str) -> list[float]:
+        return [r["bench"][key] for r in self.runs(v, c) if r["bench"].get(key) is not None]
+
+    def paired(self, a: str, b: str, c: int, key: str) -> list[tuple[float, float]]:
+        """(a, b) values of the repetitions both ran (same repetition, same concurrency:
+        seconds apart, in the rotated order)."""
+        rb = {r["rep"]: r["bench"].get(key) for r in self.runs(b, c)}
+        return [(r["bench"][key], rb[r["rep"]]) for r in self.runs(a, c)
+                if r["bench"].get(key) is not None and rb.get(r["rep"]) is not None]
+
+    def requests(self, v: str) -> tuple[int, int]:
+        """(completed, failed) over every run of ``v``."""
+        runs = [r for (vv, _), rr in self.cells.items() if vv == v for r in rr]
+        return (sum(r["bench"].get("completed") or 0 for r in runs),
+                sum(r["bench"].get("failed") or 0 for r in runs))
+
+    def log_lines(self, v: str) -> list[str]:
+        """The server's whole log (``logs/<v>.log``, gzipped or not); servers.json's
+        excerpt when the log is not there."""
+        for path in (self.src / "logs" / f"{v}.log.gz", self.src / "logs" / f"{v}.log"):
+            if path.exists():
+                raw = (gzip.decompress(path.read_bytes()) if path.suffix == ".gz"
+                       else path.read_bytes())
+                return raw.decode(errors="replace").splitlines()
+        return list(self.meta["servers"].get(v, {}).get("config_log", []))
+
+
+def engine_evidence(lines: list[str]) -> dict:
+    """What the engine logged about its configuration: a digest of the resolved "with
+    config:" line (equal digests: byte-identical configurations), its KV cache size and
+    whether asynchronous scheduling was on."""
+    cfg = [ln.split("with config:", 1)[1] for ln in lines if "with config:" in ln]
+    kv = [m.group(1) for ln in lines if (m := re.search(r"GPU KV cache size: ([\d,]+) tokens",
+                                                        ln))]
+    return {"config_digest": hashlib.sha256(cfg[0].encode()).hexdigest()[:12] if cfg else None,
+            "config_chars": len(cfg[0]) if cfg else 0,
+            "kv_cache_tokens": kv[0] if kv else None,
+            "async_scheduling": any("Asynchronous scheduling is enabled" in ln for ln in lines),
+            "max_num_batched_tokens": sorted(set(re.findall(
+                r"max_num_batched_tokens['\"]?[=:] ?(\d+)", "\n".join(lines))))}
+
+
+def router_events(lines: list[str]) -> dict[str, list[str]]:
+    """The router's failover and ejection lines (gateway.proxy / gateway.remote)."""
+    return {"failover": [ln for ln in lines if "failover:" in ln],
+            "ejected": [ln for ln in lines if " ejected for " in ln]}

@@ -1,0 +1,105 @@
+"""The serve_compare report on the committed H200 run sets: ratios paired by repetition,
+never across run sets, verdicts that follow the data, the router's failures placed in the
+run they happened in. Pure Python over the raw JSON and logs; no engine."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+from pathlib import Path
+
+from benchmarks.serve_compare_data import RunSet, engine_evidence
+from benchmarks.serve_compare_report import T_ROUTER, pair_stats, router_section, targets
+
+DATA = Path(__file__).resolve().parent.parent / "docs" / "gpu" / "serve_compare"
+
+
+def raw(src: Path, v: str, c: int, rep: int) -> dict:
+    return json.loads((src / "runs" / f"{v}_c{c}_r{rep}.json").read_text())["bench"]
+
+
+def test_ratios_are_paired_by_repetition():
+    rs = RunSet.load(DATA / "run1")
+    s = pair_stats(rs)[("specgw", "vllm", 64)]
+    want = [raw(rs.src, "specgw", 64, i)["output_throughput"]
+            / raw(rs.src, "vllm", 64, i)["output_throughput"] for i in range(5)]
+    assert s["ratios"] == want
+    assert s["ratio"].median == statistics.median(want)
+
+
+def test_servers_of_different_run_sets_are_never_divided():
+    sets = [RunSet.load(DATA / "run1"), RunSet.load(DATA / "run2_router")]
+    stats = {rs.label: pair_stats(rs) for rs in sets}
+    assert not any(a == "specgw" for a, _, _ in stats["run2_router"])
+    assert not any(a == "router" for a, _, _ in stats["run1"])
+    rows = targets(sets, stats)
+    poll = [r for r in rows if r[0] == "probe overhead at poll 1 s"]
+    assert poll and poll[0][4] == "no data"
+
+
+def test_every_engine_logged_the_same_configuration():
+    digests = set()
+    for d in ("run1", "run2_router"):
+        rs = RunSet.load(DATA / d)
+        for v in rs.meta["servers"]:
+            e = engine_evidence(rs.log_lines(v))
+            if v == "router":
+                assert e["config_digest"] is None
+            else:
+                assert e["config_digest"] and e["async_scheduling"]
+                digests.add(e["config_digest"])
+    assert len(digests) == 1
+
+
+def test_router_failures_are_counted_and_placed():
+    rs = RunSet.load(DATA / "run2_router")
+    failed = sum(raw(rs.src, "router", c, i)["failed"] for c in rs.conc() for i in range(5))
+    assert rs.requests("router")[1] == failed > 0
+    lines = router_section(rs, pair_stats(rs))
+    ejected = [ln for ln in lines if " ejected for " in ln]
+    assert len(ejected) == 1 and ejected[0].endswith("(c=128 rep 1)")
+
+
+def test_router_verdict_follows_the_data(tmp_path: Path):
+    src = tmp_path / "run2_router"
+    shutil.copytree(DATA / "run2_router", src)
+    for i in range(5):  # the router as fast as the engine directly, in every repetition
+        f = src / "runs" / f"router_c64_r{i}.json"
+        r = json.loads(f.read_text())
+        r["bench"]["output_throughput"] = raw(src, "vllm", 64, i)["output_throughput"]
+        f.write_text(json.dumps(r))
+
+    def router_row(rs: RunSet) -> list:
+        return next(r for r in targets([rs], {rs.label: pair_stats(rs)}) if r[0] == str(T_ROUTER))
+
+    assert router_row(RunSet.load(DATA / "run2_router"))[4] == "**no**"
+    assert router_row(RunSet.load(src))[4] == "yes"
+
+
+def test_summarise_keeps_per_request_ttft_and_errors():
+    from benchmarks.serve_compare import summarise
+
+    res = {"output_throughput": 10.0, "median_ttft_ms": 5.0, "generated_texts": ["x", ""],
+           "start_times": [100.0, 100.25], "ttfts": [0.0123, 0.0],
+           "errors": ["", "Traceback (most recent call last):\n  ...\nReadError: boom\n"]}
+    out = summarise(res)
+    assert out["request_start_ms"] == [0.0, 250.0]
+    assert out["request_ttft_ms"] == [12.3, 0.0]
+    assert out["error_counts"] == {"ReadError: boom": 1}
+    assert "generated_texts" not in out and out["output_throughput"] == 10.0
+
+
+def test_per_request_timings_place_a_ttft_tail(tmp_path: Path):
+    from benchmarks.serve_compare_report import swing_findings
+
+    src = tmp_path / "run1"
+    shutil.copytree(DATA / "run1", src)
+    f = src / "runs" / "specgw_c128_r2.json"  # a run whose TTFT p99 exceeds every vllm run's
+    r = json.loads(f.read_text())
+    r["bench"]["request_start_ms"] = [0.0, 5.0, 900.0]
+    r["bench"]["request_ttft_ms"] = [600.0, 550.0, 40.0]
+    f.write_text(json.dumps(r))
+    text = "\n".join(swing_findings([RunSet.load(src)], [128]))
+    assert "specgw rep 2 p90/p99 546/552 ms" in text
+    assert "2 requests over 318 ms, started 0-5 ms after the run's first request" in text
