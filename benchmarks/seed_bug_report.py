@@ -372,12 +372,14 @@ def protocol(runs: dict[str, dict]) -> list[str]:
     windows = ", ".join(f"{n} {prov.hhmmss(w[0])}-{prov.hhmmss(w[1])}" for _, n, w in order)
     clash = prov.overlaps(runs)
     out = ["## Protocol", "",
-           "- One server at a time: `seed_bug_gpu.py` runs the cases one after another in "
-           "one process, each in its own `specgw serve`, which it stops, waiting until its "
-           "process group (engine core included) is gone before the next starts. Workload "
-           f"windows (first to last /metrics scrape, UTC), in the order they ran: {windows}. "
+           ("- One server at a time: " if not clash else "- ")
+           + "`seed_bug_gpu.py` runs the cases one after another in one process, each in "
+           "its own `specgw serve`, which it stops, waiting until its process group (engine "
+           "core included) is gone before the next starts. Workload windows (first to last "
+           f"/metrics scrape, UTC), in the order they ran: {windows}. "
            + (f"**Overlapping windows: {', '.join(f'{a} & {b}' for a, b in clash)}: "
-              "those runs shared the GPU.**" if clash else "No two windows overlap."),
+              "those runs shared the GPU (more than one batch ran at once).**" if clash
+              else "No two windows overlap."),
            f"- Per run: one warm-up round, then {'/'.join(map(str, measured))} measured "
            f"rounds; a round is {any_run.get('concurrency')} greedy completions of "
            f"{any_run.get('max_tokens')} tokens (`ignore_eos`), started "
@@ -466,6 +468,10 @@ def render(runs: dict[str, dict], alerts: dict, plot_name: str,
         out += [f"## Runner {runner}", "", *table(rs), ""]
         summ = {v["case"]: v["summary"] for v in rs.values()
                 if v.get("summary") and "error" not in v["summary"]}
+        for v in rs.values():
+            if v["case"] not in summ:  # a run that failed has no verdicts: say so
+                out.append(f"- FAIL: ({v['case']}) {v.get('title')}: the run failed "
+                           f"({v.get('error') or (v.get('summary') or {}).get('error')})")
         for claim, ok, detail in verdicts(runner, summ, alerts):
             out.append(f"- {'PASS' if ok else 'FAIL'}: {claim}"
                        + (f" ({detail})" if detail else ""))
