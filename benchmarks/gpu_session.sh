@@ -19,7 +19,12 @@
 #                                 OUT=/root/results/<script name> (kept across calls, so a
 #                                 resumable script picks up where the last call stopped);
 #                                 killed at JOB_SECONDS (default 540), then the results
-#                                 are copied to the call's $OUT, which comes back
+#                                 are copied to the call's $OUT, which comes back. The
+#                                 device returns at most 8 files (16 MiB each, 2 folders
+#                                 down): a results dir with more files, or deeper, comes
+#                                 back as ONE archive instead, $OUT/<name>.tar.gz (split
+#                                 into <name>.tar.gz.partNN of 15 MiB when larger than
+#                                 that): `cat <name>.tar.gz* | tar xz` unpacks <name>/
 #
 # Examples: `job benchmarks/gpu_bench.py --pair /root/pair-150m --jobs no-spec:0,...`,
 #           `job benchmarks/serve_compare.py --concurrency 1,16,64,128 --reps 5`.
@@ -63,7 +68,11 @@ from vllm.benchmarks.serve import add_cli_args
 from importlib.metadata import entry_points
 print('vllm', vllm.__version__, 'torch', torch.__version__, torch.cuda.get_device_name(),
       [e.value for e in entry_points(group='vllm.general_plugins')])" || exit 4
-  [ -f /root/build_pair.log ] && tail -c 800 /root/build_pair.log | tr '\r' '\n' | tail -4
+  # `if`, not `[ ] && tail`: with no pair build the test would be the exit status and
+  # break `install && job ...`.
+  if [ -f /root/build_pair.log ]; then
+    tail -c 800 /root/build_pair.log | tr '\r' '\n' | tail -4
+  fi
   ;;
 job)
   script=${2:?usage: $0 job SCRIPT [ARGS]}; shift 2
@@ -83,7 +92,20 @@ job)
   mod=${script%.py}; mod=${mod//\//.}  # benchmarks/x.py -> benchmarks.x (package imports)
   timeout -s INT -k 20 "${JOB_SECONDS:-540}" python3 -m "$mod" "$@"
   rc=$?
-  cp -r "$OUT" "$DEVICE_OUT/" && du -sh "$DEVICE_OUT/$name"
+  nfiles=$(find "$OUT" -type f | wc -l)
+  if [ "$nfiles" -gt 8 ] || [ -n "$(find "$OUT" -mindepth 3 -type f -print -quit)" ]; then
+    # More than the device hands back (8 files, 2 folders down): one archive instead.
+    tar czf "/root/results/$name.tar.gz" -C /root/results "$name"
+    if [ "$(stat -c %s "/root/results/$name.tar.gz")" -gt $((16 * 1024 * 1024)) ]; then
+      split -b 15M -d "/root/results/$name.tar.gz" "$DEVICE_OUT/$name.tar.gz.part"
+    else
+      cp "/root/results/$name.tar.gz" "$DEVICE_OUT/"
+    fi
+    rm -f "/root/results/$name.tar.gz"
+    echo "$nfiles files: archived"; ls -la "$DEVICE_OUT"
+  else
+    cp -r "$OUT" "$DEVICE_OUT/" && du -sh "$DEVICE_OUT/$name"
+  fi
   echo "job $name rc=$rc"
   exit $rc
   ;;

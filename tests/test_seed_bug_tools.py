@@ -5,6 +5,7 @@ the first evaluation that sees it; a flat one never), and the report's verdicts.
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 import subprocess
@@ -13,7 +14,6 @@ import sys
 import pytest
 from conftest import ROOT
 
-SCRIPT = ROOT / "benchmarks" / "seed_bug_alert.py"
 SERIES = 'specgw_silent_eager_forwards_total{{model="pair",phase="{}",rank="0",role="draft"}}'
 
 
@@ -34,8 +34,9 @@ def test_alert_fires_on_growth_and_stays_quiet_without(tmp_path):
     bug = [0.0] * grows_at + [5.0 * (i + 1) for i in range(12)]
     (tmp_path / "v1_b.json").write_text(json.dumps(recorded("v1_b", bug)))
     (tmp_path / "v1_a.json").write_text(json.dumps(recorded("v1_a", [0.0] * 25)))
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--runs", str(tmp_path),
-                           "--openmetrics"], capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.seed_bug_alert", "--runs",
+                           str(tmp_path), "--openmetrics"], capture_output=True, text=True,
+                          cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     res = json.loads((tmp_path / "alert_check.json").read_text())
     assert res["v1_a"]["ok"] and res["v1_a"]["fires"] is False
@@ -45,15 +46,15 @@ def test_alert_fires_on_growth_and_stays_quiet_without(tmp_path):
     # group interval 10 s: first evaluation at/after the growth is 20 s, firing one later.
     assert (b["first_eval_seeing_s"], b["fires_at_s"]) == (20, 30)
     assert b["fires_at_s"] - b["first_eval_seeing_s"] == b["interval_s"]
-    om = (tmp_path / "v1_b.om").read_text()
+    with gzip.open(tmp_path / "v1_b.om.gz", "rt") as f:
+        om = f.read()
     assert om.endswith("# EOF\n") and "# TYPE specgw_silent_eager_forwards counter" in om
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 def test_a_wrong_expectation_fails(tmp_path):
     """The check can fail: shift the growth by one interval and promtool disagrees."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import seed_bug_alert as sba
+    from benchmarks import seed_bug_alert as sba
 
     run = recorded("v1_b", [0.0] * 13 + [5.0 * (i + 1) for i in range(12)])
     series, n = sba.grid(run["scrapes"])
@@ -88,8 +89,7 @@ def _run(case: str, graph_per_s: float, silent_per_s: float, tps: list[float]) -
 
 
 def test_report_verdicts_follow_the_data():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import seed_bug_report as rep
+    from benchmarks import seed_bug_report as rep
 
     a = rep.summarize_run(_run("a", 10, 0, [1000, 1010, 990]))
     b = rep.summarize_run(_run("b", 0, 10, [600, 610, 590]))
@@ -97,10 +97,57 @@ def test_report_verdicts_follow_the_data():
     assert a["draft"]["piece_coverage"] == 1.0 and a["draft"]["hit_ratio"] == 1.0
     assert b["draft"]["hit_ratio"] == 0 and b["draft"]["silent_eager"] == 50
     assert b["silent_growth"] == {"active_intervals": 5, "silent_grew_intervals": 5}
-    good = dict(rep.verdicts("v1", {"a": a, "b": b, "c": c}, {}))
+    good = {claim: ok for claim, ok, _ in rep.verdicts("v1", {"a": a, "b": b, "c": c}, {})}
     assert all(good.values()), good
     # (c) still broken: the verdicts must say so.
     bad_c = rep.summarize_run(_run("c", 5, 5, [800, 790, 810]))
-    bad = dict(rep.verdicts("v1", {"a": a, "b": b, "c": bad_c}, {}))
+    bad = {claim: ok for claim, ok, _ in rep.verdicts("v1", {"a": a, "b": b, "c": bad_c}, {})}
     assert not bad["(c) bug, fix on: piece coverage 1.000, silent eager 0"]
     assert not bad["(c) bug, fix on: tokens/s back to (a) within noise"]
+
+
+def test_same_speed_says_when_only_the_ranges_overlap():
+    from benchmarks import seed_bug_report as rep
+
+    a = {"tokens_per_s": [2780.0, 2100.0, 2084.0]}
+    c = {"tokens_per_s": [2871.0, 2547.0, 2493.0]}
+    same, detail = rep.same_speed(a, c)
+    assert same and "ranges overlap only; medians differ by +21%" in detail
+    same, detail = rep.same_speed(a, {"tokens_per_s": [3000.0, 3100.0]})
+    assert not same and "ranges apart" in detail
+    summ = {"a": {**a, "tokens_per_s_median": 2100.0}, "c": {**c, "tokens_per_s_median": 2547.0}}
+    reading = rep.noise_reading("v2", summ, {"v2_a": 0.33, "v2_c": 0.15})
+    assert reading and "+21%" in reading[0] and "15%-33%" in reading[0]
+    summ["c"] = {"tokens_per_s": [2090.0, 2110.0], "tokens_per_s_median": 2100.0}
+    assert rep.noise_reading("v2", summ, {"v2_a": 0.33}) == []
+
+
+def test_provenance_from_logs_and_overlaps(tmp_path):
+    from benchmarks import seed_bug_provenance as prov
+
+    def run(name: str, t0: float, t1: float, **kw) -> dict:
+        return {"run": name, "ok": True, "scrapes": [{"t": t0, "values": {}},
+                                                      {"t": t1, "values": {}}], **kw}
+
+    seq = {"v1_a": run("v1_a", 100, 110), "v1_b": run("v1_b", 150, 160)}
+    assert prov.overlaps(seq) == []
+    both = {"v1_a": run("v1_a", 100, 110), "v2_a": run("v2_a", 105, 112)}
+    assert prov.overlaps(both) == [("v1_a", "v2_a")]
+    with gzip.open(tmp_path / "v1_a.log.gz", "wt") as f:
+        f.write("x engine starting: model=/m/target draft=/m/eagle3 method=eagle3\n"
+                "(EngineCore pid=1) INFO [core.py:1] Initializing a V1 LLM engine (v0.26.0) "
+                "with config\n")
+    with gzip.open(tmp_path / "job_stdout.log.gz", "wt") as f:
+        f.write("NVIDIA H200, 0 MiB\n[v1_a] start\n")
+    env = prov.environment(tmp_path, seq)
+    assert env["vllm"][0] == "0.26.0" and env["gpu"][0] == "NVIDIA H200"
+    assert env["pair"][0] == "target /m/target, draft /m/eagle3"
+    assert "torch" not in env
+    recorded = {"v1_a": {**seq["v1_a"], "versions": {"torch": "2.11.0", "gpu": "NVIDIA X"}}}
+    env = prov.environment(tmp_path, recorded)
+    assert env["torch"] == ("2.11.0", "run JSON") and env["gpu"][0] == "NVIDIA X"
+    failed = {"run": "v1_c", "ok": False, "error": "RuntimeError: server exited rc=1",
+              "log_tail": "(EngineCore pid=4) Traceback\n(EngineCore pid=4) AssertionError: "
+                          "Error in memory profiling.\nERROR gateway: RuntimeError: failed"}
+    assert prov.failure_line(failed) == ("RuntimeError: server exited rc=1; cause: "
+                                         "AssertionError: Error in memory profiling.")
