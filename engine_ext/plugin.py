@@ -19,6 +19,9 @@ def register() -> None:
     from engine_ext.internals import table_for
 
     table = table_for()
+    from engine_ext import sampler_guard
+
+    sampler_guard.install(table)  # a bug fix, not a probe: on whatever SPECGW_PROBES says
     if os.environ.get("SPECGW_PROBES", "1") == "0":
         log.info("specgw probes disabled by SPECGW_PROBES=0")
     else:

@@ -127,6 +127,17 @@ def test_unknown_route_and_method(base_url):
     assert_openai_error(httpx.get(f"{base_url}/v1/chat/completions"), 405)
 
 
+def test_top_k_with_nothing_to_verify_does_not_kill_the_engine(client):
+    """The fuzz's engine killer (engine_ext/sampler_guard.py): without the guard vLLM's
+    rejection sampler raises on an empty top-k batch and the engine core dies."""
+    for _ in range(2):
+        r = client.completions.create(model=MODEL, prompt="\u00a9\U000904f7|", max_tokens=16,
+                                      seed=0, extra_body={"top_k": 24})
+        assert r.choices[0].finish_reason in ("length", "stop")
+    ok = client.completions.create(model=MODEL, prompt="def f(x):", max_tokens=4)
+    assert ok.usage.completion_tokens == 4
+
+
 def test_server_still_serves_after_errors(client):
     r = client.chat.completions.create(model=MODEL, messages=MSG, max_tokens=4)
     assert r.choices[0].message.content is not None

@@ -123,6 +123,11 @@ class InternalsTable:
     spec_metrics_output_attr: str | None = "spec_decode_metrics"
     spec_metrics_engine_arg: str | None = "per_request_spec_decode_metrics"
 
+    # The top-k/top-p masking the rejection sampler calls, as named in its module (the
+    # engine_ext.sampler_guard wrapper skips empty batches). None: not guarded.
+    empty_batch_sampler_fn: tuple[str, str] | None = (
+        "vllm.v1.sample.rejection_sampler", "apply_top_k_top_p")
+
     def openai_touch_points(self) -> list[tuple[str, str, str]]:
         """``(module, class, name)`` of every name engine_ext.request_params reads."""
         pts = [(*self.tool_parser_manager, "get_tool_parser"), (*self.chat_request_class, ""),
@@ -133,6 +138,8 @@ class InternalsTable:
             pts.append(("vllm.outputs", "CompletionOutput", self.spec_metrics_output_attr))
         if self.spec_metrics_engine_arg:
             pts.append(("vllm.engine.arg_utils", "EngineArgs", self.spec_metrics_engine_arg))
+        if self.empty_batch_sampler_fn:
+            pts.append((self.empty_batch_sampler_fn[0], "", self.empty_batch_sampler_fn[1]))
         return pts
 
     def resolve(self, module: str, *attrs: str):
