@@ -112,6 +112,7 @@ class RemoteBackend:
         self._fails += 1
         if self._fails >= self.eject_after:
             self._ejected_until = time.monotonic() + self.eject_for_s
+            m.EJECTIONS.labels(self.name).inc()
             log.warning("backend %s ejected for %.0fs after %d failures (%s)", self.name,
                         self.eject_for_s, self._fails, why)
             self._fails = 0
