@@ -191,6 +191,7 @@ def router_view(text: str) -> dict:
 async def scrape_view(http: httpx.AsyncClient, url: str) -> dict | None:
     try:
         r = await http.get(f"{url}/metrics", timeout=10)
+        r.raise_for_status()
         return router_view(r.text)
     except httpx.HTTPError:
         return None
@@ -296,7 +297,8 @@ def windows(entries: list[Entry], window_s: float, end_s: float) -> list[dict]:
     out = []
     n = max(1, int(end_s // window_s + (1 if end_s % window_s else 0)))
     for w in range(n):
-        lo, hi = w * window_s, (w + 1) * window_s
+        lo, hi = w * window_s, min((w + 1) * window_s, end_s)  # the last may be short
+        span = hi - lo
         es = [e for e in entries if lo <= e.t < hi]
         ok = [e for e in es if e.verdict == "succeeded"]
         ttft = [e.ttft for e in ok if e.ttft is not None]
@@ -305,8 +307,8 @@ def windows(entries: list[Entry], window_s: float, end_s: float) -> list[dict]:
             "t0": lo, "t1": hi, "sent": len(es),
             "verdicts": {v: sum(e.verdict == v for e in es)
                          for v in ("succeeded", "failed_expected", "aborted", "lost")},
-            "ok_per_s": round(len(ok) / window_s, 3),
-            "tokens_per_s": round(sum(e.tokens for e in ok) / window_s, 2),
+            "ok_per_s": round(len(ok) / span, 3),
+            "tokens_per_s": round(sum(e.tokens for e in ok) / span, 2),
             "latency_p50_s": _r(pct(lat, 0.5)), "latency_p99_s": _r(pct(lat, 0.99)),
             "ttft_p50_s": _r(pct(ttft, 0.5)), "ttft_p99_s": _r(pct(ttft, 0.99)),
         })
