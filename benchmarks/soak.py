@@ -64,8 +64,8 @@ class Config:
     warmup_s: float = 120.0
     first_fault_s: float | None = None  # default: at the end of the warm-up
     fault_every_s: float = 180.0
-    stall_s: float = 25.0
-    backend_timeout_s: float = 10.0  # the router's read timeout on a backend (BackendSpec)
+    stall_s: float = 30.0
+    backend_timeout_s: float = 15.0  # the router's read timeout on a backend (BackendSpec)
     max_concurrency: int = 4
     max_queue: int = 2
     sample_s: float = 5.0

@@ -86,8 +86,9 @@ def rss_checks(res: dict) -> list[dict]:
     out = []
     for proc in ("router", "a", "b"):
         for pid, pts in series(res, proc).items():
+            # A restarted backend warms up again; a killed one ends at its last sample.
             start = max(cfg["warmup_s"], pts[0][0] + cfg["warmup_s"])
-            g = growth(pts, start, res["load_s"], cfg["window_s"])
+            g = growth(pts, start, min(res["load_s"], pts[-1][0]), cfg["window_s"])
             name = f"RSS growth, {proc} (pid {pid})"
             if g is None:
                 out.append(_check(name, "not judged: under two windows after warm-up",
