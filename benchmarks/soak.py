@@ -351,7 +351,8 @@ def result(cfg: Config, run: Run, info: dict, started: str) -> dict:
         "load_s": info["load_end_s"], "end_s": info["end_s"], "faults": run.faults,
         "totals": totals(run.entries), "idle": info["idle"],
         "router_accounting": router_accounting(info["idle"], len(run.entries)),
-        "windows": windows(run.entries, cfg.window_s, info["load_end_s"]),
+        # Requests are sent until duration_s; the last ones end a little later.
+        "windows": windows(run.entries, cfg.window_s, min(cfg.duration_s, info["load_end_s"])),
         "samples": run.samples,
         "ledger": {"fields": list(Entry.FIELDS), "rows": [e.row() for e in run.entries]},
     }
