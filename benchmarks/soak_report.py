@@ -7,12 +7,13 @@ leak: router and backend RSS after warm-up within ``RSS_GROWTH_MAX`` of the post
 median, the router's task count and open fds back at their idle level when the load is
 over, and every in-flight gauge back to 0.
 
-    python -m benchmarks.soak_report docs/soak/soak.json --md docs/soak.md --plot docs/soak.png
+    python -m benchmarks.soak_report docs/soak/soak.json.gz --md docs/soak.md --plot docs/soak.png
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import statistics
 from pathlib import Path
@@ -263,14 +264,21 @@ def report(res: dict) -> list[str]:
             *ledger_lines(res), *fault_lines(res), *window_lines(res)]
 
 
+def load(path: Path) -> dict:
+    """The raw result, plain or gzipped (the committed copy is ``soak.json.gz``)."""
+    raw = path.read_bytes()
+    res = json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
+    res["_path"] = str(path)
+    return res
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("json", type=Path)
     ap.add_argument("--md", type=Path, default=Path("docs/soak.md"))
     ap.add_argument("--plot", type=Path, default=Path("docs/soak.png"))
     a = ap.parse_args(argv)
-    res = json.loads(a.json.read_text())
-    res["_path"] = str(a.json)
+    res = load(a.json)
     write(a.md, report(res))
     plot(res, a.plot)
     return 0
