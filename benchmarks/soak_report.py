@@ -19,6 +19,7 @@ import statistics
 from pathlib import Path
 
 from benchmarks.report import md_table, num, write
+from benchmarks.soak_workload import FAULT_GRACE_S
 
 VERDICTS = ("succeeded", "failed_expected", "aborted", "lost")
 RSS_GROWTH_MAX = 0.10  # final-window median RSS vs the first window after warm-up
@@ -259,9 +260,40 @@ def plot(res: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def notes_lines(res: dict) -> list[str]:
+    cfg = res["config"]
+    return [
+        "## How requests are judged", "",
+        "Each request carries its own `x-request-id` and ends in exactly one ledger entry "
+        "(client exceptions are recorded on it, never raised). **succeeded**: HTTP 200 "
+        "with every choice finished (`finish_reason` set), and for a stream `[DONE]` with "
+        "no error event. **failed_expected**: an OpenAI error body (or error event) that "
+        "the request kind or a fault explains: bad input -> 4xx; 429 `server_overloaded` "
+        "(router slots + queue full, provoked by bursts of "
+        "8); 429 `rate_limit_exceeded` on the key with a 4 rpm budget; 502/503/504 or an "
+        "error event inside a stream only while a fault was active (from its start to "
+        f"{FAULT_GRACE_S:g} s after it ended: passive ejection lasts 10 s, health checks "
+        "run every 2 s). **aborted**: the client left on purpose (right after the "
+        "headers, after 1 or 3 events, or on a 0.02-0.5 s client timeout, often before "
+        "the headers). **lost**: anything else: no end within "
+        f"{cfg['deadline_s']:g} s (hung), a stream or body cut short without an error "
+        "event, a 5xx or error event with no fault active, a 4xx on a good request, a "
+        "dropped connection. The slow SSE reader (0.3 s per event) is part of the mix "
+        "all along rather than a scheduled fault.", "",
+        "## What this does not show", "",
+        "A 2-core CPU machine and the bundled tiny pair: the throughput and latency "
+        "figures describe this harness on this machine, not the gateway's capacity. The "
+        "backends are `specgw serve` (in-process engine); a stock `vllm serve` + plugin "
+        "backend is not part of this run. Memory is judged per process incarnation: a "
+        "killed and restarted backend starts a new series and warms up again, so a "
+        "backend that lives for less than two windows after its warm-up is not judged.",
+        "",
+    ]
+
+
 def report(res: dict) -> list[str]:
     return [*header(res), *verdict_lines(verdicts(res), res["config"]["window_s"]),
-            *ledger_lines(res), *fault_lines(res), *window_lines(res)]
+            *ledger_lines(res), *fault_lines(res), *window_lines(res), *notes_lines(res)]
 
 
 def load(path: Path) -> dict:
