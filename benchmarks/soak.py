@@ -12,8 +12,9 @@ open fds of the router and of each backend's process tree, the router's in-fligh
 gauges, backend health, failovers and ejections from its ``/metrics``, and its asyncio
 task count (``specgw_event_loop_tasks``).
 
-    flock /tmp/specgw-engine.lock python -m benchmarks.soak --out docs/soak
-    python -m benchmarks.soak_report docs/soak/soak.json   # docs/soak.md + plot
+    flock /tmp/specgw-engine.lock python -m benchmarks.soak --out /tmp/soak
+    gzip -c /tmp/soak/soak.json > docs/soak/soak.json.gz
+    python -m benchmarks.soak_report docs/soak/soak.json.gz   # docs/soak.md + docs/soak.png
 
 Writes ``<out>/soak.json`` (raw: config, faults, ledger, windows, samples, counters).
 Exit status 1 when a request was lost or the ledger does not add up.
