@@ -190,7 +190,7 @@ def _read_json(entry: Entry, req: Request, status: int, raw: bytes) -> None:
                        f"{[c.get('finish_reason') for c in choices]}"
 
 
-class _StreamState:
+class StreamState:
     def __init__(self, n: int):
         self.finished: set[int] = set()
         self.events = 0
@@ -200,7 +200,7 @@ class _StreamState:
 
 
 async def _read_stream(entry: Entry, req: Request, r: httpx.Response, t0: float) -> None:
-    st = _StreamState(req.n)
+    st = StreamState(req.n)
     if req.abort_after == 0:  # gone as soon as the headers came
         entry.outcome = "aborted"
         return
@@ -210,7 +210,7 @@ async def _read_stream(entry: Entry, req: Request, r: httpx.Response, t0: float)
         if req.abort_after is not None and st.events >= req.abort_after:
             entry.outcome = "aborted"  # leaving the block closes the connection
             return
-        _stream_event(entry, st, line[6:], t0)
+        stream_event(entry, st, line[6:], t0)
         if st.done:
             break
         if req.read_delay_s:
@@ -218,7 +218,7 @@ async def _read_stream(entry: Entry, req: Request, r: httpx.Response, t0: float)
     stream_verdict(entry, st)
 
 
-def _stream_event(entry: Entry, st: _StreamState, data: str, t0: float) -> None:
+def stream_event(entry: Entry, st: StreamState, data: str, t0: float) -> None:
     if data == "[DONE]":
         st.done = True
         return
@@ -237,7 +237,7 @@ def _stream_event(entry: Entry, st: _StreamState, data: str, t0: float) -> None:
         entry.tokens = obj["usage"].get("completion_tokens", 0)
 
 
-def stream_verdict(entry: Entry, st: _StreamState) -> None:
+def stream_verdict(entry: Entry, st: StreamState) -> None:
     """A stream is complete only with [DONE], no error event and every choice finished;
     an error event makes it an OpenAI error; anything else is a truncated stream."""
     if st.error is not None:

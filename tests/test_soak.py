@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.soak_workload import Entry, _stream_event, _StreamState, judge, stream_verdict
+from benchmarks.soak_workload import Entry, StreamState, judge, stream_event, stream_verdict
 
 FAULT = [{"kind": "kill", "backend": "b", "t_start": 10.0, "t_end": 40.0}]
 
 
 def _stream(lines: list[str], n: int = 1) -> Entry:
     e = Entry("r1", "completion_stream", t=100.0, dur=1.0, status=200)
-    st = _StreamState(n)
+    st = StreamState(n)
     for line in lines:
-        _stream_event(e, st, line, 0.0)
+        stream_event(e, st, line, 0.0)
         if st.done:
             break
     stream_verdict(e, st)
