@@ -18,7 +18,7 @@ import uvicorn
 from conftest import Server, free_port, metric_sum, scrape
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.routing import Route
 
 UP_MODEL = "upstream-model"
@@ -63,6 +63,9 @@ UPSTREAM = Starlette(routes=[
     Route("/health", lambda _: JSONResponse({"status": "ok"})),
     Route("/v1/models", lambda _: JSONResponse({"data": [{"id": UP_MODEL}]})),
     Route("/v1/completions", completions, methods=["POST"]),
+    # Not Prometheus text: the router's scrape must survive it (the soak's sampler met
+    # a backend like this and got a 500 for the router's whole /metrics).
+    Route("/metrics", lambda _: PlainTextResponse("{not prometheus")),
 ])
 
 
@@ -163,6 +166,12 @@ def test_limiter_refuses_with_429_when_full_then_recovers(router):
         time.sleep(0.05)
     ok = httpx.post(f"{router.url}/v1/completions", json=completion("fine", False), timeout=30)
     assert ok.status_code == 200
+
+
+def test_unparsable_backend_metrics_do_not_break_the_router_scrape(router):
+    r = httpx.get(f"{router.url}/metrics", timeout=30)
+    assert r.status_code == 200, r.text[:300]
+    assert "specgw_backend_up" in r.text
 
 
 def test_only_backend_ejected_still_serves_panic_mode(router):
