@@ -19,7 +19,7 @@ import statistics
 from pathlib import Path
 
 from benchmarks.report import md_table, num, write
-from benchmarks.soak_workload import FAULT_GRACE_S
+from benchmarks.soak_workload import BURST, FAULT_GRACE_S, LIMITED_RPM
 
 VERDICTS = ("succeeded", "failed_expected", "aborted", "lost")
 RSS_GROWTH_MAX = 0.10  # final-window median RSS vs the first window after warm-up
@@ -153,7 +153,7 @@ def header(res: dict) -> list[str]:
         f"concurrent clients on a {res['host_cpus']}-core machine. The router "
         f"(`specgw serve --backends-file`, backend timeout {cfg['backend_timeout_s']:g} s, "
         f"--max-concurrency {cfg['max_concurrency']}, --max-queue {cfg['max_queue']}, "
-        "one API key with a 4 rpm budget) in front of two `specgw serve` backends "
+        f"one API key with a {LIMITED_RPM} rpm budget) in front of two `specgw serve` backends "
         "(bundled tiny-code-llama + EAGLE-3 pair, vLLM CPU engine, one core each). "
         f"{t['sent']} requests; {kills} backend kills (SIGKILL, restart on the same "
         f"port) and {stalls} stalls (SIGSTOP for {cfg['stall_s']:g} s, then SIGCONT), "
@@ -269,8 +269,8 @@ def notes_lines(res: dict) -> list[str]:
         "with every choice finished (`finish_reason` set), and for a stream `[DONE]` with "
         "no error event. **failed_expected**: an OpenAI error body (or error event) that "
         "the request kind or a fault explains: bad input -> 4xx; 429 `server_overloaded` "
-        "(router slots + queue full, provoked by bursts of "
-        "8); 429 `rate_limit_exceeded` on the key with a 4 rpm budget; 502/503/504 or an "
+        f"(router slots + queue full, provoked by bursts of {BURST}); 429 "
+        f"`rate_limit_exceeded` on the key with a {LIMITED_RPM} rpm budget; 502/503/504 or an "
         "error event inside a stream only while a fault was active (from its start to "
         f"{FAULT_GRACE_S:g} s after it ended: passive ejection lasts 10 s, health checks "
         "run every 2 s). **aborted**: the client left on purpose (right after the "
