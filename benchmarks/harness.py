@@ -72,13 +72,13 @@ class Server:
 
     By default ``specgw serve`` with ``args``; ``cmd`` replaces the ``specgw serve``
     prefix (``{port}`` in it or in ``args`` is filled in), ``ready_path`` is what answers
-    200 once it serves."""
+    200 once it serves; ``port`` reuses a port (a restarted server keeps its address)."""
 
     def __init__(self, name: str, args: list[str], env: Mapping[str, str] | None = None,
                  cmd: list[str] | None = None, ready_path: str = "/ready",
-                 log_dir: Path = LOG_DIR):
+                 log_dir: Path = LOG_DIR, port: int | None = None):
         self.name = name
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.ready_path = ready_path
         log_dir.mkdir(parents=True, exist_ok=True)

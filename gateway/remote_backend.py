@@ -46,6 +46,7 @@ class RemoteBackend:
         self.name = spec.name
         self.outstanding = 0
         self._models = list(spec.models)
+        self._probe_path = "/ready"  # "/health" once the backend turns out to have no /ready
         self._up = False  # active health check verdict
         self._check_fails = 0  # consecutive failed health checks
         self._fails = 0
@@ -78,8 +79,7 @@ class RemoteBackend:
     # ----------------------------------------------------------- health
     async def check(self, down_after: int = 3) -> bool:
         try:
-            r = await self.client.get("/health", timeout=5.0)
-            ok = r.status_code == 200
+            ok = await self._probe()
             if ok and not self._models:
                 data = (await self.client.get("/v1/models", timeout=5.0)).json()
                 self._models = [d["id"] for d in data.get("data", [])]
@@ -94,6 +94,17 @@ class RemoteBackend:
         self._up = up
         m.BACKEND_UP.labels(self.name).set(1.0 if self.healthy else 0.0)
         return up
+
+    async def _probe(self) -> bool:
+        """Ready to serve? A specgw backend answers /health at once but /ready only once
+        its engine is up (the soak saw a restarting backend take requests for its whole
+        start-up, each a 503, a failover and, three in a row, an ejection); vLLM's own
+        server has no /ready but listens only once its engine is up, so /health."""
+        r = await self.client.get(self._probe_path, timeout=5.0)
+        if r.status_code == 404 and self._probe_path == "/ready":
+            self._probe_path = "/health"
+            r = await self.client.get(self._probe_path, timeout=5.0)
+        return r.status_code == 200
 
     async def _health_loop(self) -> None:
         while True:
@@ -112,6 +123,7 @@ class RemoteBackend:
         self._fails += 1
         if self._fails >= self.eject_after:
             self._ejected_until = time.monotonic() + self.eject_for_s
+            m.EJECTIONS.labels(self.name).inc()
             log.warning("backend %s ejected for %.0fs after %d failures (%s)", self.name,
                         self.eject_for_s, self._fails, why)
             self._fails = 0

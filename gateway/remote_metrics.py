@@ -54,10 +54,12 @@ class RemoteEngineCollector(Collector):
             try:
                 r = await b.client.get("/metrics", timeout=timeout)
                 r.raise_for_status()
-            except httpx.HTTPError:
+                # Parsed here, inside the guard: one backend's unparsable page must cost
+                # only its own series, not fail the router's whole scrape with a 500.
+                return [_relabel(f, b.name) for f in text_string_to_metric_families(r.text)
+                        if f.name in ENGINE_FAMILIES]
+            except (httpx.HTTPError, ValueError):
                 return []
-            return [_relabel(f, b.name) for f in text_string_to_metric_families(r.text)
-                    if f.name in ENGINE_FAMILIES]
 
         fams = [f for chunk in await asyncio.gather(*(one(b) for b in backends)) for f in chunk]
         with self._lock:

@@ -9,6 +9,7 @@ same default registry and exported unchanged next to these.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
 from collections.abc import Iterable
@@ -68,8 +69,26 @@ BACKEND_IN_FLIGHT = Gauge("specgw_backend_requests_in_flight",
                           "Requests outstanding on a backend.", ["backend"])
 BACKEND_UP = Gauge("specgw_backend_up",
                    "1 if the backend passes health checks and is not ejected.", ["backend"])
+EJECTIONS = Counter("specgw_backend_ejections",
+                    "Times a backend was taken out of rotation after failed requests.",
+                    ["backend"])
 FAILOVERS = Counter("specgw_backend_failovers",
                     "Requests retried on another backend before their first byte.", ["model"])
+
+
+
+def _event_loop_tasks() -> float:
+    """Tasks alive on the serving event loop, read at scrape time (the /metrics handler
+    runs on that loop): a count that only grows is a task leak."""
+    try:
+        return float(len(asyncio.all_tasks()))
+    except RuntimeError:  # scraped outside the loop (no running loop in this thread)
+        return math.nan
+
+
+EVENT_LOOP_TASKS = Gauge("specgw_event_loop_tasks",
+                         "asyncio tasks alive on the gateway's event loop at scrape time.")
+EVENT_LOOP_TASKS.set_function(_event_loop_tasks)
 
 # Engine-side token and acceptance series (specgw_generation_tokens_total,
 # specgw_spec_decode_accepted_tokens_per_draft, ...) are derived from vLLM's own counters

@@ -18,11 +18,12 @@ import uvicorn
 from conftest import Server, free_port, metric_sum, scrape
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.routing import Route
 
 UP_MODEL = "upstream-model"
 RELEASE = threading.Event()  # lets a "hold" stream finish
+STARTING = threading.Event()  # /ready answers 503 (an engine still starting), /health 200
 
 
 def _chunk(i: int) -> bytes:
@@ -61,8 +62,13 @@ async def completions(request: Request):
 
 UPSTREAM = Starlette(routes=[
     Route("/health", lambda _: JSONResponse({"status": "ok"})),
+    Route("/ready", lambda _: JSONResponse({"status": "starting" if STARTING.is_set()
+                                            else "ready"}, 503 if STARTING.is_set() else 200)),
     Route("/v1/models", lambda _: JSONResponse({"data": [{"id": UP_MODEL}]})),
     Route("/v1/completions", completions, methods=["POST"]),
+    # Not Prometheus text: the router's scrape must survive it (the soak's sampler met
+    # a backend like this and got a 500 for the router's whole /metrics).
+    Route("/metrics", lambda _: PlainTextResponse("{not prometheus")),
 ])
 
 
@@ -165,6 +171,12 @@ def test_limiter_refuses_with_429_when_full_then_recovers(router):
     assert ok.status_code == 200
 
 
+def test_unparsable_backend_metrics_do_not_break_the_router_scrape(router):
+    r = httpx.get(f"{router.url}/metrics", timeout=30)
+    assert r.status_code == 200, r.text[:300]
+    assert "specgw_backend_up" in r.text
+
+
 def test_only_backend_ejected_still_serves_panic_mode(router):
     """Three failed requests eject the only backend (passive ejection); it still passes
     its health check, so requests keep going to it instead of 503s for eject_for_s."""
@@ -177,6 +189,28 @@ def test_only_backend_ejected_still_serves_panic_mode(router):
         ok = httpx.post(f"{router.url}/v1/completions", json=completion("fine", False),
                         timeout=30)
         assert ok.status_code == 200, ok.text
+
+
+def _wait_backend_up(url: str, want: float, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while metric_sum(scrape(url), "specgw_backend_up", backend="up") != want:
+        assert time.monotonic() < deadline, f"specgw_backend_up never became {want}"
+        time.sleep(0.2)
+
+
+def test_backend_still_starting_gets_no_requests(router):
+    """/health answers 200 while the engine starts, /ready does not: the router's health
+    check asks /ready, so a starting backend is down, not fed requests that fail."""
+    _wait_backend_up(router.url, 1)  # after the panic-mode test's ejection
+    STARTING.set()
+    try:
+        _wait_backend_up(router.url, 0)
+        r = httpx.post(f"{router.url}/v1/completions", json=completion("fine", False),
+                       timeout=30)
+        assert r.status_code == 503 and r.json()["error"]["code"] == "backend_unavailable"
+    finally:
+        STARTING.clear()
+    _wait_backend_up(router.url, 1)
 
 
 def test_router_mode_never_imports_vllm(router):
