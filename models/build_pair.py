@@ -25,13 +25,17 @@ are recorded too.
 from __future__ import annotations
 
 import argparse
+import ast
+import concurrent.futures
 import contextlib
 import hashlib
 import json
 import logging
 import math
 import os
+import platform
 import sysconfig
+import textwrap
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -54,11 +58,22 @@ SPECIAL_TOKENS = ["<|pad|>", "<|bos|>", "<|eos|>", "<|system|>", "<|user|>", "<|
 # Jinja template in the usual HF shape; vLLM and transformers apply it unchanged.
 CHAT_TEMPLATE = (
     "{{ bos_token }}"
+    # A tools list (Hermes/Qwen style) becomes a system turn; without one the rendering
+    # is exactly the original template's, which the bundled target was trained on.
+    "{% if tools %}{{ '<|system|>\n# Tools\nYou may call one or more functions. "
+    "Their signatures are inside <tools></tools>:\n<tools>\n' }}"
+    "{% for tool in tools %}{{ tool | tojson }}{{ '\n' }}{% endfor %}"
+    "{{ '</tools>\nFor each call reply with <tool_call>{\"name\": ..., "
+    "\"arguments\": ...}</tool_call>\n' }}{% endif %}"
     "{% for message in messages %}"
-    "{{ '<|' + message['role'] + '|>\n' + message['content'] | trim + '\n' }}"
+    "{{ '<|' + message['role'] + '|>\n' + (message['content'] or '') | trim + '\n' }}"
+    "{% for call in message['tool_calls'] or [] %}"
+    "{{ '<tool_call>' + call['function'] | tojson + '</tool_call>\n' }}"
+    "{% endfor %}"
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}"
 )
+SYSTEM_PROMPT = "You are a helpful coding assistant."
 
 
 @dataclass(frozen=True)
@@ -84,6 +99,14 @@ class BuildConfig:
     rms_eps: float = 1e-5
     corpus: str = "stdlib-top"  # "stdlib-top": top-level modules; "stdlib-all": recursive
     device: str = "cpu"
+    # Chat-formatted examples (stdlib functions/classes as answers to a request built
+    # from their signature or docstring), at most this many; 0 = raw sources only.
+    chat_examples: int = 0
+    val_tokens: int = 0  # held out from the end of the token stream for an eval loss
+    # Wall-clock guards (seconds, 0 = none): a phase that overruns stops early and
+    # build_info.json records the steps it did (the build is then not reproducible).
+    target_budget_s: float = 0.0
+    head_budget_s: float = 0.0
 
 
 PRESETS: dict[str, BuildConfig] = {
@@ -97,6 +120,17 @@ PRESETS: dict[str, BuildConfig] = {
         seq_len=512, batch_size=64, target_steps=1400, target_lr=1e-3,
         head_steps=900, head_lr=1e-3, aux_layers=(2, 6, 9), threads=8,
         max_corpus_bytes=40_000_000, corpus="stdlib-all", device="cuda",
+    ),
+    # The bundled pair, trained on an H200 (issue #15): 4 x 384 (per-token CPU cost
+    # close to the original 4 x 256), the whole stdlib plus chat-formatted examples,
+    # ~100x the original's training tokens; the pair stays under 30 MB in bf16.
+    "h200-small": BuildConfig(
+        hidden_size=384, intermediate_size=1024, num_layers=4, num_heads=6,
+        seq_len=512, batch_size=128, target_steps=3500, target_lr=2e-3,
+        head_steps=1500, head_lr=2e-3, aux_layers=(1, 2, 3), threads=8,
+        max_corpus_bytes=40_000_000, corpus="stdlib-all", device="cuda",
+        chat_examples=20_000, val_tokens=200_000,
+        target_budget_s=230.0, head_budget_s=150.0,
     ),
 }
 
@@ -116,6 +150,7 @@ def corpus_files(kind: str = "stdlib-top") -> list[tuple[str, Path]]:
 
 
 def load_corpus(max_bytes: int, kind: str = "stdlib-top") -> tuple[list[str], str]:
+    """Source texts in corpus order (stopping before ``max_bytes``) and their digest."""
     texts, total, digest = [], 0, hashlib.sha256()
     for name, path in corpus_files(kind):
         text = path.read_text(encoding="utf-8", errors="replace")
@@ -125,6 +160,66 @@ def load_corpus(max_bytes: int, kind: str = "stdlib-top") -> tuple[list[str], st
         total += len(text)
         digest.update(name.encode() + b"\0" + text.encode())
     return texts, digest.hexdigest()
+
+
+def _summary(doc: str | None) -> str:
+    line = (doc or "").strip().split("\n", 1)[0].strip()
+    return line if 10 <= len(line) <= 160 else ""
+
+
+def _definitions(text: str):
+    """(kind, name, signature line, docstring summary, dedented source) per top-level
+    function, class and method of one file; files this Python cannot parse are skipped."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return
+    lines = text.splitlines()
+    nodes = [n for top in tree.body for n in
+             ([top, *[m for m in top.body if isinstance(m, ast.FunctionDef)]]
+              if isinstance(top, ast.ClassDef) else [top])]
+    for node in nodes:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if node.decorator_list or node.name.startswith("_") or node.end_lineno is None:
+            continue
+        src = textwrap.dedent("\n".join(lines[node.lineno - 1 : node.end_lineno]))
+        if not 40 <= len(src) <= 1500:
+            continue
+        kind = "class" if isinstance(node, ast.ClassDef) else "function"
+        yield kind, node.name, src.split("\n", 1)[0], _summary(ast.get_docstring(node)), src
+
+
+def list_definitions(text: str) -> list[tuple[str, str, str, str, str]]:
+    return list(_definitions(text))
+
+
+def chat_examples(texts: list[str], limit: int, seed: int, workers: int = 1) -> list[str]:
+    """Rendered chat transcripts teaching the target to answer code requests.
+
+    The user turn is a definition's signature line (as in the README's curl example),
+    or a request built from its docstring's first line; the assistant turn is the
+    definition in a fenced block. Rendered exactly as CHAT_TEMPLATE renders them, so
+    training sees the serving-time prompt format.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    # Parsing the whole stdlib takes ~30 s on one core; map() keeps the file order.
+    with concurrent.futures.ProcessPoolExecutor(max(1, workers)) as pool:
+        found = [d for defs in pool.map(list_definitions, texts, chunksize=16) for d in defs]
+    order = torch.randperm(len(found), generator=gen).tolist()[:limit]
+    out = []
+    for n, idx in enumerate(order):
+        kind, name, sig, summary, src = found[idx]
+        if summary and n % 3 == 1:
+            user = f"Write a Python {kind} `{name}`: {summary}"
+        elif summary and n % 3 == 2:
+            user = f"{summary} Write it in Python."
+        else:
+            user = sig
+        system = f"<|system|>\n{SYSTEM_PROMPT}\n" if n % 4 == 0 else ""
+        out.append(f"<|bos|>{system}<|user|>\n{user}\n<|assistant|>\n"
+                   f"```python\n{src}\n```\n<|eos|>")
+    return out
 
 
 # -------------------------------------------------------------------------- tokenizer
@@ -258,14 +353,47 @@ def lr_at(step: int, total: int, peak: float) -> float:
     return peak * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, total - warm)))
 
 
-def train_target(model, ids: torch.Tensor, cfg: BuildConfig) -> float:
+def over_budget(phase: str, t0: float, budget: float, step: int) -> bool:
+    if budget and time.time() - t0 > budget:
+        log.warning("%s: wall-clock budget %.0f s spent after %d steps: stopping early",
+                    phase, budget, step)
+        return True
+    return False
+
+
+def progress(phase: str, step: int, total: int, t0: float, **vals) -> None:
+    # One log line now and then: the device's log is a file, where tqdm's bar is noise.
+    if step % 250 == 0 or step == total - 1:
+        log.info("%s step %d/%d %.0f s %s", phase, step, total, time.time() - t0,
+                 " ".join(f"{k}={v}" for k, v in vals.items()))
+
+
+@torch.no_grad()
+def eval_loss(model, ids: torch.Tensor, cfg: BuildConfig, n_batches: int = 8) -> float:
+    """Mean loss over fixed windows of held-out tokens."""
+    gen = torch.Generator().manual_seed(cfg.seed + 3)
+    data = batches(ids, cfg, gen)
+    losses = []
+    for _ in range(n_batches):
+        x = next(data)
+        with autocast(cfg):
+            losses.append(model(input_ids=x, labels=x).loss.float().item())
+    return sum(losses) / len(losses)
+
+
+def train_target(model, ids: torch.Tensor, cfg: BuildConfig) -> dict:
     gen = torch.Generator().manual_seed(cfg.seed + 1)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.target_lr, weight_decay=0.01,
                             fused=True if cfg.device.startswith("cuda") else None)
     model.train()
     data = batches(ids, cfg, gen)
     loss_val = float("nan")
-    for step in (bar := tqdm(range(cfg.target_steps), desc="target", unit="step")):
+    recent: list[float] = []
+    t0, steps_done = time.time(), 0
+    for step in (bar := tqdm(range(cfg.target_steps), desc="target", unit="step",
+                             mininterval=10)):
+        if over_budget("target", t0, cfg.target_budget_s, step):
+            break
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg.target_steps, cfg.target_lr)
         x = next(data)
@@ -276,9 +404,13 @@ def train_target(model, ids: torch.Tensor, cfg: BuildConfig) -> float:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         loss_val = out.loss.item()
+        recent = [*recent[-99:], loss_val]
+        steps_done = step + 1
         bar.set_postfix(loss=f"{loss_val:.3f}")
+        progress("target", step, cfg.target_steps, t0, loss=f"{loss_val:.3f}")
     model.eval()
-    return loss_val
+    return {"final_loss": loss_val, "mean_last_100": sum(recent) / max(1, len(recent)),
+            "steps_done": steps_done, "seconds": round(time.time() - t0, 1)}
 
 
 # ------------------------------------------------------------------------- EAGLE-3 head
@@ -367,8 +499,12 @@ def train_head(target, ids: torch.Tensor, cfg: BuildConfig, d2t_ids: torch.Tenso
                             fused=True if cfg.device.startswith("cuda") else None)
     data = batches(ids, cfg, gen)
     n = cfg.seq_len - 1 - cfg.ttt_steps
-    hist = {"loss": float("nan"), "acc": []}
-    for step in (bar := tqdm(range(cfg.head_steps), desc="eagle3", unit="step")):
+    hist = {"loss": float("nan"), "acc": [], "steps_done": 0}
+    t0 = time.time()
+    for step in (bar := tqdm(range(cfg.head_steps), desc="eagle3", unit="step",
+                             mininterval=10)):
+        if over_budget("eagle3", t0, cfg.head_budget_s, step):
+            break
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg.head_steps, cfg.head_lr)
         x = next(data)
@@ -403,8 +539,11 @@ def train_head(target, ids: torch.Tensor, cfg: BuildConfig, d2t_ids: torch.Tenso
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
-        hist["loss"], hist["acc"] = loss.item(), accs
-        bar.set_postfix(loss=f"{hist['loss']:.3f}", acc="/".join(f"{a:.2f}" for a in accs))
+        hist["loss"], hist["acc"], hist["steps_done"] = loss.item(), accs, step + 1
+        acc = "/".join(f"{a:.2f}" for a in accs)
+        bar.set_postfix(loss=f"{hist['loss']:.3f}", acc=acc)
+        progress("eagle3", step, cfg.head_steps, t0, loss=f"{hist['loss']:.3f}", acc=acc)
+    hist["seconds"] = round(time.time() - t0, 1)
     return head, t2d, hist
 
 
@@ -460,6 +599,21 @@ def save_head(head: Eagle3Head, cfg: BuildConfig, d2t_ids: torch.Tensor, out: Pa
 # ------------------------------------------------------------------------------ main
 
 
+def environment(cfg: BuildConfig) -> dict:
+    """Versions (and, on a GPU build, the hardware) the output depends on."""
+    info = {"torch": torch.__version__}
+    if cfg.device.startswith("cuda"):
+        import tokenizers
+        import transformers
+
+        info |= {"gpu": torch.cuda.get_device_name(), "cuda": torch.version.cuda,
+                 "python": platform.python_version(), "transformers": transformers.__version__,
+                 "tokenizers": tokenizers.__version__, "cpu_count": os.cpu_count(),
+                 "machine": platform.machine()}
+    return info
+
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", choices=sorted(PRESETS), default="bundled")
@@ -493,15 +647,29 @@ def main() -> None:
     else:
         tok = train_tokenizer(texts, cfg.vocab_size)
     eos = tok.token_to_id("<|eos|>")
-    ids = torch.tensor(
-        [i for enc in tok.encode_batch(texts) for i in [*enc.ids, eos]], dtype=torch.long
-    )
-    log.info("tokens: %d", ids.numel())
+    docs = [[*enc.ids, eos] for enc in tok.encode_batch(texts)]
+    chats = (chat_examples(texts, cfg.chat_examples, cfg.seed + 4, cfg.threads)
+             if cfg.chat_examples else [])
+    if chats:
+        # Transcripts carry their own <|bos|>/<|eos|>; sources and chats are interleaved
+        # in a seeded order so every stretch of training sees both.
+        docs += [enc.ids for enc in tok.encode_batch(chats)]
+        order = torch.randperm(len(docs), generator=torch.Generator().manual_seed(cfg.seed))
+        docs = [docs[i] for i in order.tolist()]
+    ids = torch.tensor([i for doc in docs for i in doc], dtype=torch.long)
+    val_ids = ids[len(ids) - cfg.val_tokens :] if cfg.val_tokens else None
+    if cfg.val_tokens:
+        ids = ids[: len(ids) - cfg.val_tokens]
+    log.info("tokens: %d (+%d held out), chat examples: %d, %.0f s", ids.numel(),
+             cfg.val_tokens, len(chats), time.time() - t0)
 
     target = make_target(cfg).to(cfg.device)
     log.info("target: %.1f M parameters on %s",
              sum(p.numel() for p in target.parameters()) / 1e6, cfg.device)
-    target_loss = train_target(target, ids, cfg)
+    target_hist = train_target(target, ids, cfg)
+    if val_ids is not None:
+        target_hist["eval_loss"] = eval_loss(target, val_ids, cfg)
+    log.info("target: %s", json.dumps(target_hist))
     tdir, ddir = out / "target", out / "eagle3"
     tdir.mkdir(parents=True, exist_ok=True)
     ddir.mkdir(parents=True, exist_ok=True)
@@ -511,6 +679,22 @@ def main() -> None:
     (tdir / "generation_config.json").write_text(
         json.dumps({"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}) + "\n"
     )
+    info = {
+        "preset": args.preset,
+        "config": asdict(cfg),
+        "corpus_sha256": corpus_sha,
+        "corpus_files": len(texts),
+        "tokens": ids.numel(),
+        "chat_examples": len(chats),
+        "tokenizer": "reused" if args.tokenizer else "trained",
+        **environment(cfg),
+        "target_final_loss": round(target_hist["final_loss"], 4),
+    }
+    if cfg.chat_examples or cfg.val_tokens:
+        info["target"] = {k: round(v, 4) if isinstance(v, float) else v
+                          for k, v in target_hist.items()}
+    # A checkpoint of the finished target phase, completed below.
+    (out / "build_info.json").write_text(json.dumps(info, indent=2) + "\n")
 
     # target.float() above restored fp32 compute on bf16-rounded weights: the head
     # trains against the target exactly as it will be served.
@@ -518,22 +702,13 @@ def main() -> None:
     head, _, hist = train_head(target, ids, cfg, d2t_ids)
     save_head(head, cfg, d2t_ids, ddir)
 
-    info = {
-        "preset": args.preset,
-        "config": asdict(cfg),
-        "corpus_sha256": corpus_sha,
-        "corpus_files": len(texts),
-        "tokens": ids.numel(),
-        "tokenizer": "reused" if args.tokenizer else "trained",
-        "torch": torch.__version__,
-        "target_final_loss": round(target_loss, 4),
+    info |= {
         "head_final_loss": round(hist["loss"], 4),
         "head_train_top1_per_step": [round(a, 3) for a in hist["acc"]],
         "build_seconds": round(time.time() - t0, 1),
     }
-    if cfg.device.startswith("cuda"):
-        info["gpu"] = torch.cuda.get_device_name()
-        info["cuda"] = torch.version.cuda
+    if cfg.head_budget_s:
+        info["head"] = {"steps_done": hist["steps_done"], "seconds": hist["seconds"]}
     (out / "build_info.json").write_text(json.dumps(info, indent=2) + "\n")
     log.info("done: %s", json.dumps(info))
 
