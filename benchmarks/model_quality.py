@@ -174,7 +174,7 @@ def measure(label: str, pair: Path) -> dict:
     info_path = pair / "build_info.json"
     info = json.loads(info_path.read_text()) if info_path.exists() else {}
     return {"label": label, "pair": str(pair), "pair_mb": pair_mb(pair),
-            "preset": info.get("preset", "bundled"),
+            "preset": info.get("preset", "cpu-5m"),
             "target_final_loss": info.get("target_final_loss"),
             "target_eval_loss": info.get("target", {}).get("eval_loss"),
             "start_s": round(start_s, 1), "acceptance": accept, "parse": parse, "chat": chat,
