@@ -25,7 +25,9 @@ import datetime as dt
 import json
 import os
 import platform
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -150,11 +152,22 @@ def chat_pass(c) -> list[dict]:
     return rows
 
 
+def checkout(spec: str, into: Path) -> Path:
+    """A pair directory: ``spec`` itself, or ``git:REV``'s committed bundled pair."""
+    if not spec.startswith("git:"):
+        return Path(spec)
+    into.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", spec[4:], "models/tiny-code-llama"],
+                             cwd=ROOT, check=True, capture_output=True).stdout
+    subprocess.run(["tar", "x", "-C", str(into)], input=archive, check=True)
+    return into / "models" / "tiny-code-llama"
+
+
 def pair_mb(pair: Path) -> float:
     return round(sum(f.stat().st_size for f in pair.rglob("*") if f.is_file()) / 1e6, 2)
 
 
-def measure(label: str, pair: Path) -> dict:
+def measure(label: str, pair: Path, source: str) -> dict:
     from openai import OpenAI
 
     t0 = time.perf_counter()
@@ -173,7 +186,7 @@ def measure(label: str, pair: Path) -> dict:
         srv.stop()
     info_path = pair / "build_info.json"
     info = json.loads(info_path.read_text()) if info_path.exists() else {}
-    return {"label": label, "pair": str(pair), "pair_mb": pair_mb(pair),
+    return {"label": label, "pair": source, "pair_mb": pair_mb(pair),
             "preset": info.get("preset", "cpu-5m"),
             "target_final_loss": info.get("target_final_loss"),
             "target_eval_loss": info.get("target", {}).get("eval_loss"),
@@ -253,8 +266,9 @@ def report(data: dict, candidate: str, baseline: str | None) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--pair", action="append", default=[], metavar="LABEL=DIR",
-                    help="measure this pair (repeatable); default: bundled=models/...")
+    ap.add_argument("--pair", action="append", default=[], metavar="LABEL=DIR|git:REV",
+                    help="measure this pair (repeatable): a directory, or the bundled pair "
+                         "as committed at a git revision; default: bundled=models/...")
     ap.add_argument("--candidate", default="bundled", help="label the verdicts are for")
     ap.add_argument("--baseline", help="label to compare tokens/s and start time with")
     ap.add_argument("--out", type=Path, default=ROOT / "docs")
@@ -262,8 +276,9 @@ def main() -> None:
     pairs = [p.split("=", 1) for p in a.pair] or [["bundled", "models/tiny-code-llama"]]
     raw = a.out / "model_quality.json"
     data = json.loads(raw.read_text()) if raw.exists() else {"results": {}}
-    for label, d in pairs:
-        data["results"][label] = measure(label, Path(d))
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, d in pairs:
+            data["results"][label] = measure(label, checkout(d, Path(tmp) / label), d)
     data["meta"] = {"date": dt.date.today().isoformat(), "machine": platform.machine(),
                     "cpus": os.cpu_count(), "python": platform.python_version(),
                     "vllm": __import__("vllm").__version__, "k": K, "targets": TARGETS}
