@@ -33,11 +33,13 @@ import ast
 import concurrent.futures
 import contextlib
 import hashlib
+import importlib.metadata
 import json
 import logging
 import math
 import os
 import platform
+import re
 import sysconfig
 import textwrap
 import time
@@ -101,11 +103,17 @@ class BuildConfig:
     max_corpus_bytes: int = 6_000_000
     rope_theta: float = 10000.0
     rms_eps: float = 1e-5
-    corpus: str = "stdlib-top"  # "stdlib-top": top-level modules; "stdlib-all": recursive
+    # "stdlib-top": top-level modules; "stdlib-all": recursive; "stdlib+site": plus the
+    # Python sources of installed packages under a permissive licence.
+    corpus: str = "stdlib-top"
+    package_max_bytes: int = 0  # per installed package ("stdlib+site")
     device: str = "cpu"
     # Chat-formatted examples (stdlib functions/classes as answers to a request built
     # from their signature or docstring), at most this many; 0 = raw sources only.
     chat_examples: int = 0
+    # 1: a third of requests are a bare signature line; 2: a sixth (more docstring
+    # requests), so a completion prompt ending in a signature is not read as a chat turn.
+    chat_mix: int = 1
     val_tokens: int = 0  # held out from the end of the token stream for an eval loss
     # Wall-clock guards (seconds, 0 = none): a phase that overruns stops early and
     # build_info.json records the steps it did (the build is then not reproducible).
@@ -137,6 +145,18 @@ PRESETS: dict[str, BuildConfig] = {
         chat_examples=20_000, val_tokens=200_000,
         target_budget_s=230.0, head_budget_s=150.0,
     ),
+    # h200-small generalising instead of memorising: the device's stdlib alone is 4.2 M
+    # tokens (h200-small ran 55 epochs: train loss 0.09, held-out 2.49), so add the
+    # permissively licensed sources of installed packages (at most 8 MB each), and ask
+    # for code by docstring more often than by bare signature.
+    "h200-code": BuildConfig(
+        hidden_size=384, intermediate_size=1024, num_layers=4, num_heads=6,
+        seq_len=512, batch_size=128, target_steps=4000, target_lr=2e-3,
+        head_steps=1800, head_lr=2e-3, aux_layers=(1, 2, 3), threads=8,
+        max_corpus_bytes=120_000_000, corpus="stdlib+site", package_max_bytes=8_000_000,
+        device="cuda", chat_examples=20_000, chat_mix=2, val_tokens=200_000,
+        target_budget_s=195.0, head_budget_s=190.0,
+    ),
 }
 
 
@@ -148,16 +168,59 @@ def corpus_files(kind: str = "stdlib-top") -> list[tuple[str, Path]]:
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     if kind == "stdlib-top":
         return [(p.name, p) for p in sorted(stdlib.glob("*.py")) if p.is_file()]
-    if kind == "stdlib-all":
+    if kind in ("stdlib-all", "stdlib+site"):
         rel = sorted(p.relative_to(stdlib) for p in stdlib.rglob("*.py") if p.is_file())
-        return [(r.as_posix(), stdlib / r) for r in rel if "site-packages" not in r.parts]
+        files = [(r.as_posix(), stdlib / r) for r in rel if "site-packages" not in r.parts]
+        return files + (site_files() if kind == "stdlib+site" else [])
     raise ValueError(f"unknown corpus {kind!r}")
 
 
-def load_corpus(max_bytes: int, kind: str = "stdlib-top") -> tuple[list[str], str]:
-    """Source texts in corpus order (stopping before ``max_bytes``) and their digest."""
+PERMISSIVE = re.compile(r"\b(MIT|BSD|Apache|PSF|Python Software Foundation|ISC|Unlicense|"
+                        r"CC0|Zlib|HPND)", re.IGNORECASE)
+NOT_PERMISSIVE = re.compile(r"GPL|MPL|Mozilla|Proprietary|End User|Commercial|"
+                            r"Creative Commons Attribution", re.IGNORECASE)
+
+
+def permissive(dist: importlib.metadata.Distribution) -> bool:
+    """Only distributions whose metadata declares a permissive licence and nothing else."""
+    m = dist.metadata
+    declared = " ".join([m.get("License-Expression") or "", (m.get("License") or "")[:300],
+                         *[c for c in m.get_all("Classifier") or [] if c.startswith("License")]])
+    return bool(PERMISSIVE.search(declared)) and not NOT_PERMISSIVE.search(declared)
+
+
+def site_files() -> list[tuple[str, Path]]:
+    """("site/<dist>/<path>", path) of the Python sources installed packages ship under a
+    permissive licence, by distribution name then path (stable for a given install)."""
+    seen, out = set(), []
+    dists = sorted(importlib.metadata.distributions(),
+                   key=lambda d: ((d.metadata["Name"] or "").lower(), d.version or ""))
+    for dist in dists:
+        name = (dist.metadata["Name"] or "").lower()
+        if not name or name in seen or not permissive(dist):
+            continue
+        seen.add(name)
+        rel = sorted(str(f) for f in dist.files or [] if str(f).endswith(".py")
+                     and not str(f).startswith(".."))
+        out += [(f"site/{name}/{r}", Path(dist.locate_file(r))) for r in rel]
+    return out
+
+
+def load_corpus(max_bytes: int, kind: str = "stdlib-top",
+                package_max_bytes: int = 0) -> tuple[list[str], str]:
+    """Source texts in corpus order (stopping before ``max_bytes``; at most
+    ``package_max_bytes`` per installed package, no generated giants) and their digest."""
     texts, total, digest = [], 0, hashlib.sha256()
+    per_package: dict[str, int] = {}
     for name, path in corpus_files(kind):
+        if name.startswith("site/"):
+            if not path.is_file() or path.stat().st_size > 200_000:
+                continue
+            package = name.split("/", 2)[1]
+            size = path.stat().st_size
+            if package_max_bytes and per_package.get(package, 0) + size > package_max_bytes:
+                continue
+            per_package[package] = per_package.get(package, 0) + size
         text = path.read_text(encoding="utf-8", errors="replace")
         if total + len(text) > max_bytes:
             break
@@ -199,7 +262,19 @@ def list_definitions(text: str) -> list[tuple[str, str, str, str, str]]:
     return list(_definitions(text))
 
 
-def chat_examples(texts: list[str], limit: int, seed: int, workers: int = 1) -> list[str]:
+def chat_request(n: int, mix: int, kind: str, name: str, sig: str, summary: str) -> str:
+    slot = n % (3 if mix == 1 else 6)
+    if summary and slot in (1, 4):
+        return f"Write a Python {kind} `{name}`: {summary}"
+    if summary and slot in (2, 5):
+        return f"{summary} Write it in Python."
+    if summary and slot == 3:
+        return f"Implement `{sig.removesuffix(':')}` in Python. {summary}"
+    return sig
+
+
+def chat_examples(texts: list[str], limit: int, seed: int, workers: int = 1,
+                  mix: int = 1) -> list[str]:
     """Rendered chat transcripts teaching the target to answer code requests.
 
     The user turn is a definition's signature line (as in the README's curl example),
@@ -215,12 +290,7 @@ def chat_examples(texts: list[str], limit: int, seed: int, workers: int = 1) -> 
     out = []
     for n, idx in enumerate(order):
         kind, name, sig, summary, src = found[idx]
-        if summary and n % 3 == 1:
-            user = f"Write a Python {kind} `{name}`: {summary}"
-        elif summary and n % 3 == 2:
-            user = f"{summary} Write it in Python."
-        else:
-            user = sig
+        user = chat_request(n, mix, kind, name, sig, summary)
         system = f"<|system|>\n{SYSTEM_PROMPT}\n" if n % 4 == 0 else ""
         out.append(f"<|bos|>{system}<|user|>\n{user}\n<|assistant|>\n"
                    f"```python\n{src}\n```\n<|eos|>")
@@ -649,7 +719,7 @@ def main() -> None:
     torch.use_deterministic_algorithms(True, warn_only=cfg.device != "cpu")
     t0 = time.time()
 
-    texts, corpus_sha = load_corpus(cfg.max_corpus_bytes, cfg.corpus)
+    texts, corpus_sha = load_corpus(cfg.max_corpus_bytes, cfg.corpus, cfg.package_max_bytes)
     log.info("corpus: %d files, %d bytes", len(texts), sum(map(len, texts)))
     if args.tokenizer:
         tok = Tokenizer.from_file(str(args.tokenizer))
@@ -660,7 +730,7 @@ def main() -> None:
         tok = train_tokenizer(texts, cfg.vocab_size)
     eos = tok.token_to_id("<|eos|>")
     docs = [[*enc.ids, eos] for enc in tok.encode_batch(texts)]
-    chats = (chat_examples(texts, cfg.chat_examples, cfg.seed + 4, cfg.threads)
+    chats = (chat_examples(texts, cfg.chat_examples, cfg.seed + 4, cfg.threads, cfg.chat_mix)
              if cfg.chat_examples else [])
     if chats:
         # Transcripts carry their own <|bos|>/<|eos|>; sources and chats are interleaved

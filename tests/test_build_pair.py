@@ -97,3 +97,17 @@ def test_presets_keep_the_bundled_pair_reproducible():
     for key, value in recorded["config"].items():
         assert preset[key] == (tuple(value) if isinstance(value, list) else value), key
     assert build_pair.PRESETS["cpu-5m"].device == "cpu"
+
+
+def test_site_corpus_takes_only_permissively_licensed_packages():
+    import importlib.metadata as md
+
+    names = {n.split("/")[1] for n, _ in build_pair.site_files()}
+    licences = {(d.metadata["Name"] or "").lower(): d for d in md.distributions()}
+    assert names and all(build_pair.permissive(licences[n]) for n in names)
+    # httpx (BSD-3-Clause), jinja2 (a BSD classifier only) and certifi (MPL-2.0, a
+    # dependency of httpx) are installed wherever the gateway is.
+    assert "httpx" in names and "jinja2" in names and "certifi" not in names
+    texts, _ = build_pair.load_corpus(400_000_000, "stdlib+site", package_max_bytes=50_000)
+    stdlib, _ = build_pair.load_corpus(400_000_000, "stdlib-all")
+    assert texts[: len(stdlib)] == stdlib and len(texts) > len(stdlib)
