@@ -286,6 +286,8 @@ def chat_examples(texts: list[str], limit: int, seed: int, workers: int = 1,
     # Parsing the whole stdlib takes ~30 s on one core; map() keeps the file order.
     with concurrent.futures.ProcessPoolExecutor(max(1, workers)) as pool:
         found = [d for defs in pool.map(list_definitions, texts, chunksize=16) for d in defs]
+    if mix == 2:  # requests need a docstring to say what is asked (tests have none)
+        found = [d for d in found if d[3]]
     order = torch.randperm(len(found), generator=gen).tolist()[:limit]
     out = []
     for n, idx in enumerate(order):
