@@ -94,6 +94,7 @@ class BuildConfig:
     batch_size: int = 16
     target_steps: int = 400
     target_lr: float = 3e-3
+    target_weight_decay: float = 0.01
     head_steps: int = 300
     head_lr: float = 3e-3
     ttt_steps: int = 3  # draft positions trained per sample (EAGLE-3 training-time test)
@@ -147,13 +148,14 @@ PRESETS: dict[str, BuildConfig] = {
     ),
     # h200-small generalising instead of memorising: the device's stdlib alone is 4.2 M
     # tokens (h200-small ran 55 epochs: train loss 0.09, held-out 2.49), so add the
-    # permissively licensed sources of installed packages (at most 8 MB each), and ask
+    # permissively licensed sources of installed packages (at most 12 MB each), and ask
     # for code by docstring more often than by bare signature.
     "h200-code": BuildConfig(
         hidden_size=384, intermediate_size=1024, num_layers=4, num_heads=6,
         seq_len=512, batch_size=128, target_steps=4000, target_lr=2e-3,
         head_steps=1800, head_lr=2e-3, aux_layers=(1, 2, 3), threads=8,
-        max_corpus_bytes=120_000_000, corpus="stdlib+site", package_max_bytes=8_000_000,
+        target_weight_decay=0.1, max_corpus_bytes=150_000_000, corpus="stdlib+site",
+        package_max_bytes=12_000_000,
         device="cuda", chat_examples=20_000, chat_mix=2, val_tokens=200_000,
         target_budget_s=195.0, head_budget_s=190.0,
     ),
@@ -460,7 +462,8 @@ def eval_loss(model, ids: torch.Tensor, cfg: BuildConfig, n_batches: int = 8) ->
 
 def train_target(model, ids: torch.Tensor, cfg: BuildConfig) -> dict:
     gen = torch.Generator().manual_seed(cfg.seed + 1)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.target_lr, weight_decay=0.01,
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.target_lr,
+                            weight_decay=cfg.target_weight_decay,
                             fused=True if cfg.device.startswith("cuda") else None)
     model.train()
     data = batches(ids, cfg, gen)
