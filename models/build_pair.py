@@ -43,6 +43,7 @@ import re
 import sysconfig
 import textwrap
 import time
+import warnings
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -261,6 +262,8 @@ def _definitions(text: str):
 
 
 def list_definitions(text: str) -> list[tuple[str, str, str, str, str]]:
+    # Old escapes in package sources would print thousands of SyntaxWarnings.
+    warnings.simplefilter("ignore", SyntaxWarning)
     return list(_definitions(text))
 
 
