@@ -116,6 +116,7 @@ class BuildConfig:
     # 1: a third of requests are a bare signature line; 2: a sixth (more docstring
     # requests), so a completion prompt ending in a signature is not read as a chat turn.
     chat_mix: int = 1
+    split_lines_share: float = 0.0  # files encoded line by line (see encode_sources)
     val_tokens: int = 0  # held out from the end of the token stream for an eval loss
     # Wall-clock guards (seconds, 0 = none): a phase that overruns stops early and
     # build_info.json records the steps it did (the build is then not reproducible).
@@ -150,15 +151,16 @@ PRESETS: dict[str, BuildConfig] = {
     # h200-small generalising instead of memorising: the device's stdlib alone is 4.2 M
     # tokens (h200-small ran 55 epochs: train loss 0.09, held-out 2.49), so add the
     # permissively licensed sources of installed packages (at most 12 MB each), and ask
-    # for code by docstring more often than by bare signature.
+    # for code by docstring more often than by bare signature; half the files encoded
+    # line by line, so prompts ending at a newline continue the block they are in.
     "h200-code": BuildConfig(
         hidden_size=384, intermediate_size=1024, num_layers=4, num_heads=6,
-        seq_len=512, batch_size=128, target_steps=4000, target_lr=2e-3,
-        head_steps=1800, head_lr=2e-3, aux_layers=(1, 2, 3), threads=8,
+        seq_len=512, batch_size=128, target_steps=3800, target_lr=2e-3,
+        head_steps=1600, head_lr=2e-3, aux_layers=(1, 2, 3), threads=8,
         target_weight_decay=0.1, max_corpus_bytes=150_000_000, corpus="stdlib+site",
         package_max_bytes=12_000_000,
-        device="cuda", chat_examples=20_000, chat_mix=2, val_tokens=200_000,
-        target_budget_s=195.0, head_budget_s=190.0,
+        device="cuda", chat_examples=20_000, chat_mix=2, split_lines_share=0.5,
+        val_tokens=200_000, target_budget_s=180.0, head_budget_s=170.0,
     ),
 }
 
@@ -338,6 +340,25 @@ def save_tokenizer(tok: Tokenizer, out: Path, max_len: int) -> None:
     (out / "special_tokens_map.json").write_text(
         json.dumps({k: cfg[k] for k in ("bos_token", "eos_token", "pad_token")}, indent=2)
     )
+
+
+def encode_sources(tok: Tokenizer, texts: list[str], cfg: BuildConfig) -> list[list[int]]:
+    """Token ids per source file, each ending in <|eos|>.
+
+    Byte-level BPE merges a newline with the next line's indentation ("\\n   "), so a
+    prompt that ends at a newline ends in a token that whole-file training never shows
+    before an indented line: the model then starts a new top-level block. A seeded
+    ``split_lines_share`` of the files is encoded line by line, which teaches the lone
+    newline too (token-boundary augmentation).
+    """
+    eos = tok.token_to_id("<|eos|>")
+    split = (torch.rand(len(texts), generator=torch.Generator().manual_seed(cfg.seed + 5))
+             < cfg.split_lines_share).tolist()
+    whole = iter(tok.encode_batch([t for t, sp in zip(texts, split, strict=True) if not sp]))
+    lines = [t.splitlines(keepends=True) for t, sp in zip(texts, split, strict=True) if sp]
+    flat = iter(tok.encode_batch([ln for doc in lines for ln in doc]))
+    by_line = iter([[i for _ in doc for i in next(flat).ids] for doc in lines])
+    return [[*(next(by_line) if sp else next(whole).ids), eos] for sp in split]
 
 
 # ------------------------------------------------------------------- shared modules
@@ -736,8 +757,7 @@ def main() -> None:
                              f"{cfg.vocab_size}")
     else:
         tok = train_tokenizer(texts, cfg.vocab_size)
-    eos = tok.token_to_id("<|eos|>")
-    docs = [[*enc.ids, eos] for enc in tok.encode_batch(texts)]
+    docs = encode_sources(tok, texts, cfg)
     chats = (chat_examples(texts, cfg.chat_examples, cfg.seed + 4, cfg.threads, cfg.chat_mix)
              if cfg.chat_examples else [])
     if chats:

@@ -111,3 +111,21 @@ def test_site_corpus_takes_only_permissively_licensed_packages():
     texts, _ = build_pair.load_corpus(400_000_000, "stdlib+site", package_max_bytes=50_000)
     stdlib, _ = build_pair.load_corpus(400_000_000, "stdlib-all")
     assert texts[: len(stdlib)] == stdlib and len(texts) > len(stdlib)
+
+
+def test_line_split_sources_teach_the_lone_newline_before_an_indented_line():
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(TOKENIZER))
+    texts = [f"def f{i}(x):\n    return x + {i}\n" for i in range(40)]
+    cfg = dataclasses.replace(build_pair.PRESETS["h200-code"], split_lines_share=0.5)
+    docs = build_pair.encode_sources(tok, texts, cfg)
+    eos, newline = tok.token_to_id("<|eos|>"), tok.token_to_id("Ċ")
+    assert all(d[-1] == eos and tok.decode(d[:-1]) == t for d, t in zip(docs, texts,
+                                                                         strict=True))
+    split = [newline in d[:-2] for d in docs]  # a lone newline inside the file
+    assert 0 < sum(split) < len(docs)
+    assert docs == build_pair.encode_sources(tok, texts, cfg)  # seeded
+    whole = dataclasses.replace(cfg, split_lines_share=0.0)
+    assert build_pair.encode_sources(tok, texts, whole) == [
+        [*e.ids, eos] for e in tok.encode_batch(texts)]
