@@ -13,27 +13,13 @@ import argparse
 import datetime as dt
 import json
 import platform
-import sys
 import time
 from pathlib import Path
 
 from tqdm import tqdm
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-
-from conftest import MODEL, Server, metric_sum, scrape  # noqa: E402
-
-PROMPTS = [
-    "def binary_search(items, target):\n",
-    "class LRUCache:\n    def __init__(self, capacity):\n",
-    "import os\nimport sys\n\ndef main():\n",
-    "def parse_args(argv=None):\n    parser = argparse.ArgumentParser(",
-    "for root, dirs, files in os.walk(path):\n",
-    "def __repr__(self):\n        return",
-    "try:\n    import json\nexcept ImportError:\n",
-    "with open(filename, 'rb') as f:\n",
-]
+from benchmarks.harness import MODEL, PROMPTS, ROOT, Server, acceptance, scrape
+from benchmarks.report import md_table
 
 
 def run_config(name: str, args: list[str], max_tokens: int, rounds: int) -> dict:
@@ -52,22 +38,12 @@ def run_config(name: str, args: list[str], max_tokens: int, rounds: int) -> dict
                                          temperature=0, extra_body={"ignore_eos": True})
                 tokens += r.usage.completion_tokens
         wall = time.perf_counter() - t0
-        after = scrape(srv.url)
-
-        def d(name: str, **labels: str) -> float:
-            return metric_sum(after, name, **labels) - metric_sum(before, name, **labels)
-
-        drafts = d("vllm:spec_decode_num_drafts_total")
-        accepted = d("vllm:spec_decode_num_accepted_tokens_total")
-        per_pos = [d("vllm:spec_decode_num_accepted_tokens_per_pos_total", position=str(i))
-                   / drafts for i in range(3)] if drafts else []
+        acc = acceptance(before, scrape(srv.url), k=3)
         return {
             "config": name, "args": args, "requests": rounds * len(PROMPTS),
             "completion_tokens": tokens, "wall_s": round(wall, 3),
             "tokens_per_s": round(tokens / wall, 2),
-            "drafts": drafts, "accepted": accepted,
-            "acceptance_length": round(1 + accepted / drafts, 3) if drafts else None,
-            "acceptance_per_position": [round(x, 3) for x in per_pos],
+            **acc,
         }
     finally:
         srv.stop()
@@ -97,17 +73,15 @@ def main() -> None:
         f"Date {meta['date']}, vLLM {meta['vllm']}, {meta['cpus']} CPU cores "
         f"({meta['machine']}), batch 1, greedy, {a.max_tokens} tokens per request, "
         f"{results[0]['requests']} requests per configuration. Produced by "
-        "`python benchmarks/cpu_spec_decode.py`; raw numbers in `cpu_benchmark.json`.",
+        "`python -m benchmarks.cpu_spec_decode`; raw numbers in `cpu_benchmark.json`.",
         "",
-        "| configuration | output tokens/s | ratio vs no speculation | acceptance length "
-        "(k=3) | accepted per position |",
-        "|---|---|---|---|---|",
+        *md_table(["configuration", "output tokens/s", "ratio vs no speculation",
+                   "acceptance length (k=3)", "accepted per position"],
+                  [[r["config"], f"{r['tokens_per_s']:.1f}", f"{r['tokens_per_s'] / base:.2f}x",
+                    r["acceptance_length"],
+                    " / ".join(f"{x:.2f}" for x in r["acceptance_per_position"]) or None]
+                   for r in results]),
     ]
-    for r in results:
-        al = r["acceptance_length"] if r["acceptance_length"] is not None else "-"
-        pos = " / ".join(f"{x:.2f}" for x in r["acceptance_per_position"]) or "-"
-        lines.append(f"| {r['config']} | {r['tokens_per_s']:.1f} | "
-                     f"{r['tokens_per_s'] / base:.2f}x | {al} | {pos} |")
     lines += ["", "Acceptance length = 1 + accepted / drafts from vLLM's "
               "`vllm:spec_decode_*` counters (the bonus token included). CPU runs no CUDA "
               "graphs; the draft head runs eager here by design."]

@@ -20,9 +20,9 @@ probes, counter deltas), and the serving process's CPU time per output token. Th
 per-request latency.
 
 Results: ``bench_<config>_k<k>.json``; ``gpu_bench_report.py`` builds docs/benchmarks.md.
-Usage (device, see benchmarks/gpu_session.sh): ``python benchmarks/gpu_bench.py --pair DIR
---out DIR --jobs no-spec:0,v1-piecewise:3,...``. It also runs on the CPU engine
-(``--batches 1,4 --max-tokens 32``), which is how it was checked before a GPU run.
+Usage (device): ``benchmarks/gpu_session.sh job benchmarks/gpu_bench.py --pair DIR --jobs
+no-spec:0,v1-piecewise:3,...``. Here: ``python -m benchmarks.gpu_bench``; it also runs on
+the CPU engine (``--batches 1,4 --max-tokens 32``), which is how it was checked.
 """
 
 from __future__ import annotations
@@ -41,10 +41,16 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from conftest import free_port
-from gpu_probes import CONFIGS, PROMPTS, forwards, hit_rates, pct
+from benchmarks.harness import (
+    CONFIGS,
+    PROMPTS,
+    acceptance,
+    forwards,
+    free_port,
+    hit_rates,
+    parse_metrics,
+    pct,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_JOBS = ("no-spec:0,v1-piecewise:3,v1-eager-draft:3,v2-default:3,v1-piecewise:2,"
@@ -105,9 +111,8 @@ class GatewayPath:
     @classmethod
     async def start(cls, url: str, model: str) -> GatewayPath:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, str(ROOT / "benchmarks" / "sse_client.py"), "--url", url,
-            "--model", model, "--prompts", json.dumps(PROMPTS),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            sys.executable, "-m", "benchmarks.sse_client", "--url", url, "--model", model,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT)
         return cls(proc)
 
     async def batch(self, b: int, max_tokens: int, offset: int = 0) -> Batch:
@@ -152,7 +157,7 @@ def summarize(samples: list[dict]) -> dict:
 
 async def run_job(config: str, k: int, a: argparse.Namespace) -> dict:
     import uvicorn
-    from prometheus_client import REGISTRY
+    from prometheus_client import REGISTRY, generate_latest
 
     from engine_ext.engine import SpecEngine
     from engine_ext.settings import EngineSettings
@@ -177,23 +182,21 @@ async def run_job(config: str, k: int, a: argparse.Namespace) -> dict:
     ids = [engine.engine.get_tokenizer().encode(p, add_special_tokens=False) for p in PROMPTS]
     paths = [DirectPath(engine.engine, ids),
              await GatewayPath.start(f"http://127.0.0.1:{port}", "bench")]
-    lbl = {"model": "bench"}
 
-    def accepted() -> tuple[float, float]:
-        get = REGISTRY.get_sample_value
-        return (get("specgw_spec_decode_accepted_tokens_per_draft_sum", lbl) or 0.0,
-                get("specgw_spec_decode_accepted_tokens_per_draft_count", lbl) or 0.0)
+    def metrics() -> dict:  # vLLM's counters live in this process's registry
+        return parse_metrics(generate_latest(REGISTRY).decode())
 
     async def snapshot() -> dict:
         return forwards(await engine.collective_rpc("specgw_probe_snapshot"))
 
     async def sample(run: Callable[[], Awaitable[Batch]], max_tokens: int) -> dict:
-        s0, a0, c0 = await snapshot(), accepted(), time.process_time()
+        s0, m0, c0 = await snapshot(), metrics(), time.process_time()
         reqs, wall = await run()
-        c1, a1, s1 = time.process_time(), accepted(), await snapshot()
+        c1, m1, s1 = time.process_time(), metrics(), await snapshot()
+        acc = acceptance(m0, m1)
         return {"requests": reqs, "wall_s": wall, "tokens": sum(r[2] for r in reqs),
                 "short": sum(max_tokens - r[2] for r in reqs),
-                "accepted": a1[0] - a0[0], "drafts": a1[1] - a0[1],
+                "accepted": acc["accepted"], "drafts": acc["drafts"],
                 "cpu_s": c1 - c0,
                 "forwards": {key: s1.get(key, 0) - s0.get(key, 0) for key in s0.keys() | s1}}
 
@@ -299,7 +302,8 @@ def main() -> None:
         with log.open("w") as f:
             # Own process group: a timed-out job takes its engine-core process with it
             # (it would keep holding GPU memory otherwise).
-            proc = subprocess.Popen([sys.executable, __file__, "--job", job, *passthrough],
+            proc = subprocess.Popen([sys.executable, "-m", "benchmarks.gpu_bench", "--job", job,
+                                     *passthrough],
                                     stdout=f, stderr=subprocess.STDOUT, cwd=ROOT,
                                     start_new_session=True)
             try:
@@ -308,6 +312,9 @@ def main() -> None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
                 rc = "timeout"
+            except KeyboardInterrupt:  # the device script's time limit: free the GPU
+                os.killpg(proc.pid, signal.SIGKILL)
+                raise
         text = log.read_text(errors="replace")
         lines = [ln for ln in text.splitlines() if ln.startswith("RESULT")]
         print(f"== {job} rc={rc} {time.time() - t:.0f}s",

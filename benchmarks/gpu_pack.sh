@@ -5,13 +5,24 @@
 # Pythons' extensions), plus the py3.12 dependencies the device lacks, unpacked into one
 # site tree, as one xz archive split into two halves: .gpu/a/part.00, .gpu/b/part.01.
 # Each half travels with the working tree, which must stay under the 64 MiB per call.
+# Wheels added later travel as wheels in .gpu/b/extra (`gpu_pack.sh extra` adds them to an
+# existing pack without rebuilding the archive; `gpu_session.sh install` installs them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 G=.gpu; mkdir -p $G/wheel $G/deps
-pip download -q --no-deps vllm==0.26.0 -d $G/wheel
 PLAT=(--python-version 3.12 --implementation cp --only-binary=:all: --platform any
       --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64
       --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
+# vLLM's CLI and OpenAI server (`vllm serve`, for benchmarks/serve_compare.py) import these
+# SageMaker hooks; pure Python, ~150 KB.
+EXTRA=(model-hosting-container-standards==0.1.16 jmespath supervisor)
+rm -rf $G/extra && mkdir -p $G/extra
+for d in "${EXTRA[@]}"; do pip download -q --no-deps "${PLAT[@]}" -d $G/extra "$d"; done
+if [ "${1:-}" = extra ]; then
+  mkdir -p $G/b && rm -rf $G/b/extra && cp -r $G/extra $G/b/extra && du -b $G/b/extra/*
+  exit 0
+fi
+pip download -q --no-deps vllm==0.26.0 -d $G/wheel
 DEPS=(pydantic==2.12.5 pydantic-core==2.41.5 annotated-types typing-inspection msgspec pyzmq
       cbor2 blake3 cachetools gguf compressed-tensors==0.17.0 loguru depyf==0.20.0 astor dill
       partial-json-parser "openai<3" jiter distro sniffio "fastapi<0.137" starlette uvicorn
@@ -32,5 +43,5 @@ tar c -C $G/bundle . | xz -9 -T0 > $G/site.tar.xz
 rm -rf $G/a $G/b && mkdir -p $G/a $G/b
 half=$(( ($(stat -c %s $G/site.tar.xz) + 1) / 2 ))
 split -b "$half" -d $G/site.tar.xz $G/part.
-mv $G/part.00 $G/a/ && mv $G/part.01 $G/b/
-du -b $G/a/* $G/b/*
+mv $G/part.00 $G/a/ && mv $G/part.01 $G/b/ && cp -r $G/extra $G/b/extra
+du -b $G/a/* $G/b/* $G/b/extra/*

@@ -1,35 +1,43 @@
 #!/bin/bash
-# One H200 session of the benchmark (issue: piecewise vs eager drafter vs no speculation,
-# direct vs gateway), in four calls on one warm machine. The machine has torch 2.11 and
-# no vLLM or network; what it lacks is carried as one xz archive (vLLM 0.26.0 trimmed to
-# what a dense Llama on Hopper uses + its missing dependencies, unpacked into a site dir),
-# made here by benchmarks/gpu_pack.sh and split in two halves, .gpu/a and .gpu/b.
+# The one device script of every GPU benchmark (H200: torch 2.11, no vLLM, no network).
+# What the machine lacks is carried as one xz archive made here by benchmarks/gpu_pack.sh
+# (vLLM 0.26.0 trimmed to a dense Llama on Hopper + its missing py3.12 dependencies, one
+# site tree), split in two halves, .gpu/a and .gpu/b, each under the 64 MiB a call carries.
+# One call per step, one after another on one warm machine (it keeps files between calls;
+# if it went cold, start again at `stash`):
 #
-#   1. gpu_session.sh stash      (carry .gpu/a) first half -> /root/stash; starts the model
-#                                pair build (models/build_pair.py --preset h200-150m) in the
-#                                background: it needs only torch, which the machine has
-#   2. gpu_session.sh install    (carry .gpu/b) unpack both halves into /tmp/site, install
-#                                specgw's entry point (the vLLM plugin), check the imports
-#   3. gpu_session.sh bench JOBS [SECONDS]   wait for the pair, run gpu_bench.py jobs; no
-#                                new job starts after SECONDS (default 430)
-#   4. gpu_session.sh bench JOBS [SECONDS]   again for the rest (finished jobs are skipped)
+#   gpu_session.sh stash          (carry .gpu/a) first half -> /root/stash. With
+#                                 PAIR_PRESET=h200-150m it also starts building that model
+#                                 pair (models/build_pair.py, torch only) in the background
+#   gpu_session.sh install        (carry .gpu/b) unpack both halves into /tmp/site, install
+#                                 the wheels in .gpu/b/extra (gpu_pack.sh extra); install
+#                                 specgw's metadata (vllm.general_plugins entry point) and
+#                                 tests/seed_bug_plugin if present (pip --no-deps --target);
+#                                 check the imports
+#   gpu_session.sh job SCRIPT [ARGS]   run one benchmark script (python3 SCRIPT ARGS) with
+#                                 PYTHONPATH=$PWD:/tmp/site, VLLM_USE_FLASHINFER_SAMPLER=0,
+#                                 OUT=/root/results/<script name> (kept across calls, so a
+#                                 resumable script picks up where the last call stopped);
+#                                 killed at JOB_SECONDS (default 540), then the results
+#                                 are copied to the call's $OUT, which comes back
 #
-# Results accumulate in /root/results and come back as $OUT/results.tgz after every job.
+# Examples: `job benchmarks/gpu_bench.py --pair /root/pair-150m --jobs no-spec:0,...`,
+#           `job benchmarks/serve_compare.py --concurrency 1,16,64,128 --reps 5`.
 set -uo pipefail
-STASH=/root/stash SITE=/tmp/site RES=/root/results
+STASH=/root/stash SITE=/tmp/site
 PAIR=${PAIR:-/root/pair-150m}
-T0=$(date +%s)
 case "${1:-}" in
 stash)
   mkdir -p "$STASH" && cp .gpu/a/part.* "$STASH"/ && ls -la "$STASH"
-  if [ ! -f "$PAIR/build_info.json" ] && ! pgrep -f build_pair.py >/dev/null; then
+  if [ -n "${PAIR_PRESET:-}" ] && [ ! -f "$PAIR/build_info.json" ] \
+      && ! pgrep -f build_pair.py >/dev/null; then
     # A private copy: the working tree is replaced by the next call's.
     mkdir -p /root/buildsrc "$PAIR" && cp models/build_pair.py models/tiny-code-llama/target/tokenizer.json /root/buildsrc/
     RAYON_NUM_THREADS=16 PYTHONUNBUFFERED=1 setsid nohup python3 /root/buildsrc/build_pair.py \
-      --preset h200-150m --out "$PAIR" --tokenizer /root/buildsrc/tokenizer.json \
+      --preset "$PAIR_PRESET" --out "$PAIR" --tokenizer /root/buildsrc/tokenizer.json \
       >/root/build_pair.log 2>&1 </dev/null &
+    sleep 25; tail -c 800 /root/build_pair.log | tr '\r' '\n' | tail -4
   fi
-  sleep 25; tail -c 800 /root/build_pair.log | tr '\r' '\n' | tail -4
   nvidia-smi --query-gpu=name,memory.used,utilization.gpu --format=csv
   ;;
 install)
@@ -37,32 +45,49 @@ install)
   if [ ! -f "$SITE/.unpacked" ]; then
     cat "$STASH"/part.* .gpu/b/part.* | xz -d -T16 | tar x -C "$SITE" && touch "$SITE/.unpacked"
   fi
-  # Only for the entry point metadata (vllm.general_plugins -> engine_ext.plugin:register);
-  # the code itself is imported from the working tree (first on PYTHONPATH).
-  python3 -m pip install -q --no-index --no-deps --no-build-isolation --target "$SITE" . 2>&1 \
-    | grep -v WARN | tail -3
+  if compgen -G ".gpu/b/extra/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" \
+      .gpu/b/extra/*.whl 2>&1 | grep -v WARN | tail -3
+  fi
+  # Metadata only (entry points resolve by module name); the code itself is imported from
+  # the working tree, first on PYTHONPATH.
+  for pkg in . tests/seed_bug_plugin; do
+    [ -f "$pkg/pyproject.toml" ] || [ -f "$pkg/setup.py" ] || continue
+    python3 -m pip install -q --no-index --no-deps --no-build-isolation --target "$SITE" \
+      --upgrade "$pkg" 2>&1 | grep -v WARN | tail -3
+  done
   export PYTHONPATH=$PWD:$SITE
   python3 -c "import vllm, torch, aiohttp, fastapi, uvicorn, engine_ext.plugin, gateway.app
+import model_hosting_container_standards, vllm.entrypoints.openai.api_server
+from vllm.benchmarks.serve import add_cli_args
 from importlib.metadata import entry_points
 print('vllm', vllm.__version__, 'torch', torch.__version__, torch.cuda.get_device_name(),
       [e.value for e in entry_points(group='vllm.general_plugins')])" || exit 4
-  tail -c 800 /root/build_pair.log | tr '\r' '\n' | tail -4
+  [ -f /root/build_pair.log ] && tail -c 800 /root/build_pair.log | tr '\r' '\n' | tail -4
   ;;
-bench)
+job)
+  script=${2:?usage: $0 job SCRIPT [ARGS]}; shift 2
+  name=$(basename "$script" .py)
   export PYTHONPATH=$PWD:$SITE PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0
-  while [ ! -f "$PAIR/build_info.json" ]; do
-    if ! pgrep -f build_pair.py >/dev/null; then
-      echo "PAIR BUILD FAILED"; tail -c 3000 /root/build_pair.log; exit 5
-    fi
-    sleep 5
-  done
-  echo "pair ready after $(( $(date +%s) - T0 ))s of waiting"; tail -c 1500 "$PAIR/build_info.json"
-  mkdir -p "$RES" && cp "$PAIR/build_info.json" "$RES/pair_build_info.json"
+  export DEVICE_OUT=${OUT:-/tmp/out} OUT=/root/results/$name
+  mkdir -p "$OUT" "$DEVICE_OUT"
+  if [[ " $* " == *" $PAIR "* ]]; then  # a job on the built pair waits for its build
+    while [ ! -f "$PAIR/build_info.json" ]; do
+      pgrep -f build_pair.py >/dev/null || { echo "PAIR BUILD FAILED"; tail -c 3000 /root/build_pair.log; exit 5; }
+      sleep 5
+    done
+    cp "$PAIR/build_info.json" "$OUT/pair_build_info.json"
+  fi
   nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
-  python3 benchmarks/gpu_bench.py --pair "$PAIR" --out "$RES" --jobs "$2" \
-    --deadline $(( T0 + ${3:-430} )) --archive "$OUT/results.tgz" --timeout 240 ${BENCH_ARGS:-}
+  # SIGINT first: the scripts stop their servers (process groups) and write what they have.
+  mod=${script%.py}; mod=${mod//\//.}  # benchmarks/x.py -> benchmarks.x (package imports)
+  timeout -s INT -k 20 "${JOB_SECONDS:-540}" python3 -m "$mod" "$@"
+  rc=$?
+  cp -r "$OUT" "$DEVICE_OUT/" && du -sh "$DEVICE_OUT/$name"
+  echo "job $name rc=$rc"
+  exit $rc
   ;;
 *)
-  echo "usage: $0 stash|install|bench JOBS [SECONDS]"; exit 2
+  echo "usage: $0 stash|install|job SCRIPT [ARGS]"; exit 2
   ;;
 esac

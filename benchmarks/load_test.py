@@ -2,7 +2,8 @@
 through the specgw router in front of it, on 127.0.0.1. Reports throughput and
 p50/p99 latency for both, the latency the router adds, and accounts for every request
 (succeeded, or failed with an error body; none lost or hung). Writes
-``docs/loadtest.md`` + JSON. Exit status 1 if any request is unaccounted for.
+``docs/loadtest.md`` + JSON (``python -m benchmarks.load_test``). Exit status 1 if any
+request is unaccounted for.
 """
 
 from __future__ import annotations
@@ -19,10 +20,8 @@ from pathlib import Path
 import httpx
 from tqdm import tqdm
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-from conftest import MODEL, Server  # noqa: E402
-from gpu_probes import pct  # noqa: E402  (same nearest-rank percentile as the GPU runs)
+from benchmarks.harness import MODEL, ROOT, Server, pct
+from benchmarks.report import md_table
 
 
 async def load(url: str, n: int, concurrency: int, max_tokens: int, deadline_s: float,
@@ -111,20 +110,19 @@ def main() -> int:
     lines = [
         "# Load test: specgw router in front of one backend vs the backend directly",
         "",
-        f"Date {meta['date']}; `python benchmarks/load_test.py` on the 2-core CPU machine: "
+        f"Date {meta['date']}; `python -m benchmarks.load_test` on the 2-core CPU machine: "
         f"backend = `specgw serve` (bundled pair, vLLM CPU engine), router = `specgw serve "
         f"--backend only=<backend>`, both on 127.0.0.1. {a.requests} non-streaming "
         f"completions per run ({a.max_tokens} tokens, greedy), {a.concurrency} in flight, "
         "runs interleaved direct/router/direct/router. Client, router and engine share the "
         "same 2 cores, so the router's cost shows up larger here than on a real host.",
         "",
-        "| run | sent | succeeded | failed with error | unaccounted | req/s | tokens/s | "
-        "p50 ms | p99 ms |", "|---|---|---|---|---|---|---|---|---|",
+        *md_table(["run", "sent", "succeeded", "failed with error", "unaccounted", "req/s",
+                   "tokens/s", "p50 ms", "p99 ms"],
+                  [[r[k] for k in ("label", "sent", "succeeded", "failed_with_error",
+                                   "unaccounted", "requests_per_s", "tokens_per_s",
+                                   "latency_p50_ms", "latency_p99_ms")] for r in runs]),
     ]
-    for r in runs:
-        lines.append(f"| {r['label']} | {r['sent']} | {r['succeeded']} | "
-                     f"{r['failed_with_error']} | {r['unaccounted']} | {r['requests_per_s']} | "
-                     f"{r['tokens_per_s']} | {r['latency_p50_ms']} | {r['latency_p99_ms']} |")
     lines += ["", f"Router / direct throughput: **{summary['throughput_ratio_router_vs_direct']}**;"
               f" latency added by the router: p50 **{summary['added_p50_ms']} ms**, p99 "
               f"{summary['added_p99_ms']} ms (means of the two runs each)."]

@@ -117,9 +117,7 @@ class SpecEngine:
         self.device: str | None = None
         self.self_check: dict[str, Any] | None = None
         self.start_error: str | None = None
-        self._poller: asyncio.Task | None = None
-        self._last_tokens: tuple[float, float] | None = None
-        self._rpc_lock = asyncio.Lock()
+        self._probes = None  # engine_ext.collector.ProbePoller once the engine is up
         from monitoring import metrics as m
 
         m.ENGINE_READY.labels(self.model_name).set(0)
@@ -139,8 +137,8 @@ class SpecEngine:
     async def start(self) -> None:
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        from engine_ext.self_check import run_self_check
-        from engine_ext.stat_logger import make_stat_logger
+        from engine_ext.collector import ProbePoller, all_engines_rpc
+        from engine_ext.internals import table_for
         from monitoring import metrics as m
 
         s = self.settings
@@ -155,66 +153,32 @@ class SpecEngine:
         try:
             # Blocking (loads weights, compiles, captures): keep the event loop serving
             # /health while it runs.
-            self.engine = await asyncio.to_thread(
-                AsyncLLM.from_engine_args,
-                args,
-                stat_loggers=[make_stat_logger(self.model_name)],
-            )
+            self.engine = await asyncio.to_thread(AsyncLLM.from_engine_args, args)
         except Exception as exc:
             self.start_error = _readable_start_error(exc, s)
             raise EngineStartError(self.start_error) from exc
         log.info("engine up in %.1fs", time.monotonic() - t0)
-        self.self_check = await run_self_check(self)
-        await self.refresh_probes()
+        self._probes = ProbePoller(all_engines_rpc(self.engine, table_for()), self.model_name,
+                                   self.device, self.poll_interval_s)
+        self.self_check = await self._probes.start()
         m.ENGINE_READY.labels(self.model_name).set(1)
-        self._poller = asyncio.create_task(self._poll_loop(), name="specgw-probe-poller")
 
     async def collective_rpc(self, method: str, timeout: float = 10.0) -> list[Any]:
-        assert self.engine is not None
-        async with self._rpc_lock:
-            return await asyncio.wait_for(self.engine.collective_rpc(method), timeout)
+        assert self._probes is not None
+        return await self._probes.collective_rpc(method, timeout)
 
     async def refresh_probes(self) -> list[dict]:
         """Pull every rank's ledger into the Prometheus collector (also at scrape time)."""
-        from monitoring import metrics as m
-
-        if self.engine is None:
+        if self._probes is None:
             return []
-        snaps = await self.collective_rpc("specgw_probe_snapshot")
-        m.PROBES.update(self.model_name, snaps)
-        self._update_tps()
-        return snaps
-
-    def _update_tps(self) -> None:
-        from prometheus_client import REGISTRY
-
-        from monitoring import metrics as m
-
-        now = time.monotonic()
-        total = REGISTRY.get_sample_value("specgw_generation_tokens_total",
-                                          {"model": self.model_name}) or 0.0
-        if self._last_tokens is not None:
-            t_prev, n_prev = self._last_tokens
-            if now - t_prev >= 1.0:
-                m.TOKENS_PER_SECOND.labels(self.model_name).set((total - n_prev) / (now - t_prev))
-                self._last_tokens = (now, total)
-        else:
-            self._last_tokens = (now, total)
-
-    async def _poll_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.poll_interval_s)
-            try:
-                await self.refresh_probes()
-            except Exception as exc:  # never let metrics take serving down
-                log.warning("probe poll failed: %s", exc)
+        return await self._probes.refresh()
 
     async def shutdown(self) -> None:
         from monitoring import metrics as m
 
         m.ENGINE_READY.labels(self.model_name).set(0)
-        if self._poller is not None:
-            self._poller.cancel()
+        if self._probes is not None:
+            self._probes.stop()
         if self.engine is not None:
             self.engine.shutdown()
             self.engine = None

@@ -1,23 +1,39 @@
 """Which compilation config makes the drafter run under CUDA graphs, and what vLLM will
 do with it (a pure-Python prediction of the drafter's runtime mode per phase).
 
-The rules are read from vLLM 0.26-0.32 (see ``shared/notes/vllm-internals.md`` §1):
+The version-specific rules and constants live in the per-version internals tables
+(``engine_ext.internals``, checked by tests/test_version_guard.py); the logic here is
+(see ``shared/notes/vllm-internals.md`` §1):
 
-* Model Runner V1: the drafter owns a PIECEWISE-only dispatcher; it gets keys iff
-  ``mixed_mode()`` of the target mode is PIECEWISE or FULL and
+* Model Runner V1: the drafter owns its own dispatcher handing out ``v1_drafter_modes``
+  (PIECEWISE) iff ``mixed_mode()`` of the target mode is PIECEWISE or FULL and
   ``speculative_config.enforce_eager`` is off. PIECEWISE also needs a torch-compiled
   drafter (otherwise no wrapper exists and "PIECEWISE" runs eager).
-* Model Runner V2: the first pass replays a FULL graph for uniform decode batches and
-  PIECEWISE for mixed ones; per-token steps are FULL-only (so ``-O1``/PIECEWISE means
-  eager steps). ``speculative_config.enforce_eager`` is ignored.
+* Model Runner V2: the first pass replays ``v2_first_pass_uniform_mode`` (FULL) for
+  uniform decode batches and ``v2_first_pass_mixed_mode`` (PIECEWISE) for mixed ones,
+  which again needs a compiled drafter or breakable graphs; per-token steps are
+  ``v2_draft_step_modes`` only (FULL: ``-O1``/PIECEWISE means eager steps).
+  ``speculative_config.enforce_eager`` is ignored.
 * Any pass with more tokens than ``max_cudagraph_capture_size`` runs eager.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from engine_ext.settings import EngineSettings
+
+if TYPE_CHECKING:
+    from engine_ext.internals.table import InternalsTable
+
+
+def _rules(rules: InternalsTable | None) -> InternalsTable:
+    if rules is not None:
+        return rules
+    from engine_ext.internals import table_for
+
+    return table_for()
 
 # vLLM's own default ceiling for capture sizes (0.26: min(2*seqs*(k+1), 512)).
 DEFAULT_CAPTURE_CEILING = 512
@@ -37,7 +53,8 @@ def first_pass_tokens(batch: int, k: int) -> int:
     return batch * (k + 1)
 
 
-def compilation_config(s: EngineSettings, device: str) -> dict | None:
+def compilation_config(s: EngineSettings, device: str,
+                       rules: InternalsTable | None = None) -> dict | None:
     """The ``compilation_config`` we hand vLLM, or None to leave vLLM's defaults.
 
     On CUDA: VLLM_COMPILE with FULL_AND_PIECEWISE (the only mode under which both
@@ -49,7 +66,7 @@ def compilation_config(s: EngineSettings, device: str) -> dict | None:
     k = s.num_speculative_tokens if s.speculative else 0
     max_size = s.max_capture_size or max(first_pass_tokens(s.max_num_seqs, k), s.max_num_seqs)
     return {
-        "mode": 3,  # CompilationMode.VLLM_COMPILE
+        "mode": _rules(rules).compile_mode_value,  # CompilationMode.VLLM_COMPILE
         "cudagraph_mode": "FULL_AND_PIECEWISE",
         "cudagraph_capture_sizes": capture_sizes(max_size),
     }
@@ -57,9 +74,11 @@ def compilation_config(s: EngineSettings, device: str) -> dict | None:
 
 @dataclass(frozen=True)
 class DrafterModes:
-    first_pass: str  # piecewise | full | none
+    first_pass: str  # piecewise | full | none (uniform decode batch)
     draft_step: str
     reasons: tuple[str, ...] = ()
+    # First pass of a mixed (prefill + decode) batch; on V1 the same as first_pass.
+    first_pass_mixed: str | None = None
 
 
 def _split(mode: str) -> tuple[str, str]:
@@ -83,12 +102,17 @@ def predict_drafter_modes(
     batch: int,
     drafter_compiled: bool | None,
     spec_enforce_eager: bool = False,
+    breakable_graphs: bool = False,
+    rules: InternalsTable | None = None,
 ) -> DrafterModes:
     """What the drafter will run as in steady decode at ``batch`` requests."""
+    rules = _rules(rules)
     reasons: list[str] = []
     decode_mode, mixed_mode = _split(cudagraph_mode or "NONE")
     cap = max_capture_size or 0
     first_tokens, step_tokens = first_pass_tokens(batch, k), batch
+    # PIECEWISE replays only where pieces exist: a compiled drafter or breakable graphs.
+    has_pieces = drafter_compiled is not False or breakable_graphs
 
     def fits(tokens: int, phase: str) -> bool:
         if tokens > cap:
@@ -97,37 +121,48 @@ def predict_drafter_modes(
         return True
 
     if cudagraph_mode is None or cudagraph_mode.upper() == "NONE":
-        return DrafterModes("none", "none", ("cudagraph_mode is NONE",))
+        return DrafterModes("none", "none", ("cudagraph_mode is NONE",), "none")
 
     if runner == "v1":
         if spec_enforce_eager:
-            return DrafterModes("none", "none", ("speculative_config.enforce_eager",))
+            return DrafterModes("none", "none", ("speculative_config.enforce_eager",), "none")
         if mixed_mode not in ("PIECEWISE", "FULL"):
-            return DrafterModes("none", "none", (f"{cudagraph_mode}: no piecewise part",))
+            return DrafterModes("none", "none", (f"{cudagraph_mode}: no piecewise part",),
+                                "none")
+        dispatched = rules.v1_drafter_modes[0].lower()
         if mixed_mode == "FULL":
             reasons.append("FULL target mode: no piecewise wrappers in the drafter")
-            return DrafterModes("none", "none", tuple(reasons))
-        if drafter_compiled is False:
-            return DrafterModes("none", "none", ("drafter not torch-compiled",))
-        first = "piecewise" if fits(first_tokens, "first_pass") else "none"
-        step = "piecewise" if fits(step_tokens, "draft_step") else "none"
-        return DrafterModes(first, step, tuple(reasons))
+            return DrafterModes("none", "none", tuple(reasons), "none")
+        if not has_pieces:
+            return DrafterModes("none", "none", (
+                f"drafter not torch-compiled: {dispatched.upper()} dispatch runs eager",),
+                "none")
+        first = dispatched if fits(first_tokens, "first_pass") else "none"
+        step = dispatched if fits(step_tokens, "draft_step") else "none"
+        return DrafterModes(first, step, tuple(reasons), first)
 
     # Model Runner V2
-    if decode_mode == "FULL" and fits(first_tokens, "first_pass"):
-        first = "full"
-    elif mixed_mode == "PIECEWISE" and drafter_compiled is not False and first_tokens <= cap:
-        first = "piecewise"
+    uniform, mixed_pw = rules.v2_first_pass_uniform_mode, rules.v2_first_pass_mixed_mode
+    if decode_mode == uniform and fits(first_tokens, "first_pass"):
+        first = uniform.lower()
+    elif mixed_mode == mixed_pw and has_pieces and first_tokens <= cap:
+        first = mixed_pw.lower()
     else:
         first = "none"
-        if mixed_mode == "PIECEWISE" and drafter_compiled is False:
-            reasons.append("first_pass: drafter not torch-compiled")
+    if mixed_mode == mixed_pw and has_pieces:
+        first_mixed = mixed_pw.lower()
+    else:
+        first_mixed = "none"
+        if mixed_mode == mixed_pw:
+            reasons.append(f"first_pass_mixed: dispatched {mixed_pw}, drafter not "
+                           "torch-compiled and no breakable graphs: runs eager")
     if k <= 1:
         step = "none"
-    elif decode_mode == "FULL" and fits(step_tokens, "draft_step"):
-        step = "full"
+    elif decode_mode in rules.v2_draft_step_modes and fits(step_tokens, "draft_step"):
+        step = decode_mode.lower()
     else:
         step = "none"
-        if decode_mode != "FULL":
-            reasons.append(f"draft_step: V2 decode steps are FULL-only, mode {cudagraph_mode}")
-    return DrafterModes(first, step, tuple(reasons))
+        if decode_mode not in rules.v2_draft_step_modes:
+            reasons.append(f"draft_step: V2 decode steps are "
+                           f"{'/'.join(rules.v2_draft_step_modes)}-only, mode {cudagraph_mode}")
+    return DrafterModes(first, step, tuple(reasons), first_mixed)

@@ -1,6 +1,6 @@
 """vLLM general plugin (entry point ``vllm.general_plugins``): vLLM calls
 :func:`register` in every process it starts, before the model is built, which is the one
-moment the probes can be installed ahead of the first forward."""
+moment the probes and the drafter repair can be installed ahead of the first forward."""
 
 from __future__ import annotations
 
@@ -16,16 +16,21 @@ def register() -> None:
     if _DONE:
         return
     _DONE = True
+    from engine_ext.internals import table_for
+
+    table = table_for()
     if os.environ.get("SPECGW_PROBES", "1") == "0":
         log.info("specgw probes disabled by SPECGW_PROBES=0")
-        return
-    from engine_ext.compiled_drafters import register_compiled_drafters
-    from engine_ext.internals import table_for
-    from engine_ext.internals.install import install
+    else:
+        from engine_ext.internals.install import install
 
-    ledger = install(table_for())
-    missing = [k for k, ok in ledger.installed.items() if not ok]
-    log.info("specgw probes installed: %d ok, %d missing %s",
-             sum(ledger.installed.values()), len(missing), missing or "")
+        ledger = install(table)
+        missing = [k for k, ok in ledger.installed.items() if not ok]
+        log.info("specgw probes installed: %d ok, %d missing %s",
+                 sum(ledger.installed.values()), len(missing), missing or "")
     if os.environ.get("SPECGW_COMPILED_DRAFTERS", "1") != "0":
-        register_compiled_drafters()
+        # Checks every drafter class when vLLM resolves it, so a class registered by a
+        # plugin loaded after this one is covered too.
+        from engine_ext.compiled_drafters import install as install_compiled_drafters
+
+        install_compiled_drafters(table)

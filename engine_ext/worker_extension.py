@@ -8,16 +8,19 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from engine_ext.internals import table_for
+from engine_ext.worker_inspect import drafter_of, graph_plan, runner_kind
+
 
 class ProbeWorkerExtension:
     def specgw_probe_snapshot(self) -> dict[str, Any]:
         from engine_ext.probes.ledger import LEDGER
 
         snap = LEDGER.snapshot()
-        snap["rank"] = getattr(self, "rank", 0)
+        snap["rank"] = _rank(self)
         snap["pid"] = os.getpid()
-        snap["runner"] = _runner_kind(self.model_runner)
-        drafter = _drafter(self.model_runner)
+        snap["runner"] = runner_kind(_runner(self))
+        drafter = drafter_of(_runner(self))
         snap["drafter_class"] = type(drafter).__name__ if drafter is not None else None
         # A drafter class that overrides propose() past our wrapper is an unprobed path.
         propose = getattr(type(drafter), "propose", None) if drafter is not None else None
@@ -32,17 +35,15 @@ class ProbeWorkerExtension:
         return list(LEDGER.recorded_drafts)
 
     def specgw_graph_plan(self) -> dict[str, Any]:
-        from engine_ext.worker_inspect import graph_plan
-
-        plan = graph_plan(self.model_runner)
-        plan["rank"] = getattr(self, "rank", 0)
+        plan = graph_plan(_runner(self))
+        plan["rank"] = _rank(self)
         return plan
 
 
-def _runner_kind(runner: Any) -> str:
-    # Model Runner V2 keeps its drafter in `speculator`, V1 in `drafter`.
-    return "v2" if hasattr(runner, "speculator") else "v1"
+def _runner(worker: Any) -> Any:
+    return getattr(worker, table_for().worker_runner_attr)
 
 
-def _drafter(runner: Any) -> Any:
-    return getattr(runner, "speculator", None) or getattr(runner, "drafter", None)
+def _rank(worker: Any) -> int:
+    return getattr(worker, table_for().worker_rank_attr, 0)
+

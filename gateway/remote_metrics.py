@@ -1,5 +1,6 @@
 """Re-export, on the router's /metrics, the engine-extension series of remote backends
-that run our plugin (specgw gateways), labelled by backend.
+that run our plugin (specgw gateways, or a stock ``vllm serve`` with the specgw endpoint
+plugin: both export the same families with the same labels), labelled by backend.
 
 Only the engine-side families are taken (graph replays, eager forwards, coverage,
 acceptance, tokens): the backends' HTTP metrics describe their own clients, not ours.
@@ -24,7 +25,7 @@ ENGINE_FAMILIES = (
     "specgw_probe_coverage", "specgw_spec_decode_accepted_tokens_per_draft",
     "specgw_spec_decode_acceptance_length", "specgw_generation_tokens",
     "specgw_generation_tokens_per_second", "specgw_drafter_expected_graph",
-    "specgw_engine_ready",
+    "specgw_engine_ready", "specgw_probe_ranks", "specgw_startup_check_warnings",
 )
 
 

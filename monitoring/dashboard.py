@@ -16,6 +16,17 @@ VSEL = 'model_name=~"$model_name",instance=~"$instance"'
 R = "$__rate_interval"
 
 
+def piece_coverage(role: str) -> str:
+    """CUDA graphs replayed / graphs the dispatcher asked for (every piece of a PIECEWISE
+    split graph, one per FULL forward): below 1 means some pieces or forwards ran eager.
+    NaN (no data point drawn) where nothing was dispatched as a graph, e.g. on CPU."""
+    rep = (f'sum by (phase) (rate(specgw_cudagraph_pieces_replayed_total'
+           f'{{{SEL},role="{role}"}}[{R}]))')
+    exp = (f'sum by (phase) (rate(specgw_cudagraph_pieces_expected_total'
+           f'{{{SEL},role="{role}"}}[{R}]))')
+    return f"{rep} / {exp}"
+
+
 def hit_rate(role: str, by: str = "phase") -> str:
     """Graph replays / all forwards, by phase (or rank). The `or ... * 0` keeps a series
     (value 0) where nothing ever replayed, e.g. on CPU, instead of returning no data."""
@@ -25,12 +36,14 @@ def hit_rate(role: str, by: str = "phase") -> str:
     return f"({replayed} or {total} * 0) / {total}"
 
 
-def quantiles(metric: str, extra: str = "") -> list[tuple[str, str]]:
-    return [
-        (f"p{int(q * 100)}",
-         f"histogram_quantile({q}, sum by (le) (rate({metric}_bucket{{{SEL}{extra}}}[{R}])))")
-        for q in (0.5, 0.9, 0.99)
-    ]
+def quantiles(metric: str, extra: str = "", vllm_fallback: str = "") -> list[tuple[str, str]]:
+    """p50/p90/p99 of ``metric``; where a target lacks it (a plain ``vllm serve`` with our
+    plugin measures no per-token gateway latency), of vLLM's own ``vllm_fallback``."""
+    buckets = f"sum by (le) (rate({metric}_bucket{{{SEL}{extra}}}[{R}]))"
+    if vllm_fallback:
+        buckets = f"({buckets} or sum by (le) (rate({vllm_fallback}_bucket{{{VSEL}}}[{R}])))"
+    return [(f"p{int(q * 100)}", f"histogram_quantile({q}, {buckets})")
+            for q in (0.5, 0.9, 0.99)]
 
 
 @dataclass(frozen=True)
@@ -44,15 +57,24 @@ class Panel:
 
 PANELS: list[Panel] = [
     Panel("Drafter CUDA-graph hit rate", [("{{phase}}", hit_rate("draft"))], "percentunit",
-          description="Drafter forwards that replayed a graph, counted in the worker."),
+          description="Drafter forwards that replayed their whole graph (every piece), "
+          "counted in the worker; partial and unknown forwards are misses."),
+    Panel("Drafter CUDA-graph piece coverage", [("{{phase}}", piece_coverage("draft"))],
+          "percentunit", description="Split-graph pieces (or FULL graphs) replayed / "
+          "expected by the dispatch: 100% = every dispatched graph fully replayed."),
     Panel("Target CUDA-graph hit rate", [("{{phase}}", hit_rate("target"))], "percentunit"),
     Panel("Drafter CUDA-graph hit rate by rank", [("rank {{rank}}", hit_rate("draft", "rank"))],
           "percentunit", description="One line per tensor/pipeline-parallel worker: a "
           "rank that falls back alone shows here, not in the pooled rate."),
-    Panel("Eager fallbacks (dispatched as graph, ran eager)", [(
-        "{{role}} {{phase}}",
-        f"sum by (role, phase) (rate(specgw_silent_eager_forwards_total{{{SEL}}}[{R}]))")],
-        "ops", description="The failure mode of vLLM PR #25109: should stay at 0."),
+    Panel("Eager fallbacks (dispatched as graph, ran eager or partly eager)", [
+        ("silent eager {{role}} {{phase}}",
+         f"sum by (role, phase) (rate(specgw_silent_eager_forwards_total{{{SEL}}}[{R}]))"),
+        ("partial {{role}} {{phase}}",
+         f"sum by (role, phase) (rate(specgw_partial_graph_forwards_total{{{SEL}}}[{R}]))"),
+        ("unknown label {{role}} {{phase}}",
+         f"sum by (role, phase) (rate(specgw_unknown_forwards_total{{{SEL}}}[{R}]))"),
+    ], "ops", description="The failure mode of vLLM PR #25109: should stay at 0 "
+        "(alert SpecgwDrafterEagerFallback)."),
     Panel("Probe coverage", [("{{role}}", f"min by (role) (specgw_probe_coverage{{{SEL}}})")],
           kind="stat", description="0 = some forward path is unprobed: hit rates unknown."),
     Panel("Mean acceptance length", [(
@@ -76,8 +98,12 @@ PANELS: list[Panel] = [
         "errors",
         f'(sum(rate(specgw_requests_total{{{SEL},status!~"2.."}}[{R}])) or vector(0)) / '
         f"sum(rate(specgw_requests_total{{{SEL}}}[{R}]))")], "percentunit"),
-    Panel("Time to first token", quantiles("specgw_time_to_first_token_seconds"), "s"),
-    Panel("Inter-token latency", quantiles("specgw_inter_token_latency_seconds"), "s"),
+    Panel("Time to first token", quantiles("specgw_time_to_first_token_seconds",
+                                           vllm_fallback="vllm:time_to_first_token_seconds"),
+          "s", description="At the gateway; on a vllm serve target, vLLM's own measure."),
+    Panel("Inter-token latency", quantiles("specgw_inter_token_latency_seconds",
+                                           vllm_fallback="vllm:inter_token_latency_seconds"),
+          "s", description="At the gateway; on a vllm serve target, vLLM's own measure."),
     Panel("End-to-end request latency", quantiles("specgw_request_duration_seconds"), "s"),
     Panel("Queue depth and in-flight requests", [
         ("waiting (engine)", f"sum(vllm:num_requests_waiting{{{VSEL}}})"),

@@ -70,24 +70,9 @@ BACKEND_UP = Gauge("specgw_backend_up",
 FAILOVERS = Counter("specgw_backend_failovers",
                     "Requests retried on another backend before their first byte.", ["model"])
 
-# ------------------------------------------------------- engine-side (stat logger) metrics
-GENERATION_TOKENS = Counter(
-    "specgw_generation_tokens", "Output tokens produced by the engine.", ["model"]
-)
-PROMPT_TOKENS = Counter("specgw_prompt_tokens", "Prompt tokens prefilled.", ["model"])
-TOKENS_PER_SECOND = Gauge(
-    "specgw_generation_tokens_per_second",
-    "Output tokens/s over the last poll interval, from engine token counts.", ["model"],
-)
-ACCEPTED_PER_DRAFT = Histogram(
-    "specgw_spec_decode_accepted_tokens_per_draft",
-    "Draft tokens accepted per draft (acceptance length = 1 + mean).",
-    ["model"], buckets=(0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16),
-)
-ACCEPTANCE_LENGTH = Gauge(
-    "specgw_spec_decode_acceptance_length",
-    "Mean acceptance length (1 + accepted/drafts) since start.", ["model"],
-)
+# Engine-side token and acceptance series (specgw_generation_tokens_total,
+# specgw_spec_decode_accepted_tokens_per_draft, ...) are derived from vLLM's own counters
+# at scrape time by engine_ext.vllm_series, the same way under both front ends.
 
 # ------------------------------------------------------------------ start-up self-check
 DRAFTER_EXPECTED_MODE = Gauge(
@@ -126,8 +111,39 @@ class ProbeCollector(Collector):
             model, snaps = self._model, list(self._snapshots)
         replayed = CounterMetricFamily(
             "specgw_cudagraph_replayed_forwards",
-            "Model forwards that replayed a CUDA graph, counted in the worker.",
+            "Model forwards that replayed their whole CUDA graph (every piece of a "
+            "PIECEWISE split graph, or the FULL graph), counted in the worker.",
             labels=["model", "rank", "role", "phase", "mode"],
+        )
+        partial = CounterMetricFamily(
+            "specgw_partial_graph_forwards",
+            "PIECEWISE forwards where some split-graph pieces replayed and others ran eager "
+            "(not a hit).",
+            labels=["model", "rank", "role", "phase", "mode"],
+        )
+        unknown = CounterMetricFamily(
+            "specgw_unknown_forwards",
+            "Forwards whose dispatch label could not be read (not a hit, not a fallback).",
+            labels=["model", "rank", "role", "phase"],
+        )
+        pieces_replayed = CounterMetricFamily(
+            "specgw_cudagraph_pieces_replayed",
+            "CUDA graphs replayed by forwards dispatched as graphs: split-graph pieces for "
+            "PIECEWISE, 1 per FULL forward.",
+            labels=["model", "rank", "role", "phase"],
+        )
+        pieces_expected = CounterMetricFamily(
+            "specgw_cudagraph_pieces_expected",
+            "CUDA graphs those forwards should have replayed: all pieces of the split graph "
+            "(at least 1) per PIECEWISE forward, 1 per FULL forward.",
+            labels=["model", "rank", "role", "phase"],
+        )
+        piece_cov = GaugeMetricFamily(
+            "specgw_cudagraph_piece_coverage",
+            "Pieces replayed / pieces expected since start (1.0 = every dispatched graph "
+            "fully replayed; NaN when nothing was dispatched as a graph or coverage is "
+            "unknown).",
+            labels=["model", "role", "phase"],
         )
         eager = CounterMetricFamily(
             "specgw_eager_forwards",
@@ -176,28 +192,43 @@ class ProbeCollector(Collector):
             "(then hit ratios are unknown, never assumed 100%).",
             labels=["model", "role"],
         )
-        totals: dict[tuple[str, str], list[float]] = {}
+        totals: dict[tuple[str, str], list[float]] = {}  # [graph, all]
+        piece_totals: dict[tuple[str, str], list[float]] = {}  # [replayed, expected]
         for snap in snaps:
             rank = str(snap.get("rank", 0))
-            per_phase: dict[tuple[str, str], list[float]] = {}  # [all, silent]
+            per_phase: dict[tuple[str, str], list[float]] = {}  # [all, silent, partial, unknown]
+            by_kind = {"graph": replayed, "partial": partial, "eager": eager}
+            pieces = {(r, ph): (rep, exp) for r, ph, rep, exp in snap.get("pieces", [])}
             for role, phase, dispatched, executed, n in snap.get("forwards", []):
-                labels = [model, rank, role, phase, dispatched]
-                acc = per_phase.setdefault((role, phase), [0.0, 0.0])
+                acc = per_phase.setdefault((role, phase), [0.0, 0.0, 0.0, 0.0])
                 acc[0] += n
-                if executed == "graph":
-                    replayed.add_metric(labels, n)
-                else:
-                    eager.add_metric(labels, n)
-                    if dispatched != "none":
-                        acc[1] += n
+                if executed in by_kind:
+                    by_kind[executed].add_metric([model, rank, role, phase, dispatched], n)
+                if executed == "eager" and dispatched != "none":
+                    acc[1] += n
+                elif executed == "partial":
+                    acc[2] += n
+                elif executed == "unknown":
+                    acc[3] += n
                 tot = totals.setdefault((role, phase), [0.0, 0.0])
                 tot[1] += n
                 if executed == "graph":
                     tot[0] += n
             # Emitted with zeros too, so "no fallback" reads 0 rather than "no data".
-            for (role, phase), (n_all, n_silent) in sorted(per_phase.items()):
-                forwards.add_metric([model, rank, role, phase], n_all)
-                silent.add_metric([model, rank, role, phase], n_silent)
+            for (role, phase), (n_all, n_silent, n_partial, n_unknown) in sorted(
+                    per_phase.items()):
+                labels = [model, rank, role, phase]
+                forwards.add_metric(labels, n_all)
+                silent.add_metric(labels, n_silent)
+                unknown.add_metric(labels, n_unknown)
+                if not n_partial:  # partial_graph_forwards carries a mode label
+                    partial.add_metric([*labels, "piecewise"], 0)
+                rep, exp = pieces.get((role, phase), (0, 0))
+                pieces_replayed.add_metric(labels, rep)
+                pieces_expected.add_metric(labels, exp)
+                pt = piece_totals.setdefault((role, phase), [0.0, 0.0])
+                pt[0] += rep
+                pt[1] += exp
             for role, phase, n in snap.get("replays", []):
                 replays.add_metric([model, rank, role, phase], n)
             for role, n in snap.get("captures", {}).items():
@@ -209,7 +240,11 @@ class ProbeCollector(Collector):
         for (role, phase), (graph, total) in sorted(totals.items()):
             ok = cov.get(role, False)
             hit.add_metric([model, role, phase], graph / total if ok and total else math.nan)
-        yield from (forwards, replayed, eager, silent, replays, captures, unattributed, hit,
+        for (role, phase), (rep, exp) in sorted(piece_totals.items()):
+            ok = cov.get(role, False)
+            piece_cov.add_metric([model, role, phase], rep / exp if ok and exp else math.nan)
+        yield from (forwards, replayed, partial, eager, silent, unknown, pieces_replayed,
+                    pieces_expected, replays, captures, unattributed, hit, piece_cov,
                     coverage, ranks)
 
 
@@ -222,6 +257,9 @@ def coverage_by_role(snaps: list[dict]) -> dict[str, bool]:
     for snap in snaps:
         runner = snap.get("runner", "v1")
         inst = snap.get("installed", {})
+        # Piece probes serve both roles: without them pieces cannot be told apart.
+        if not all(ok for k, ok in inst.items() if k.startswith("graph.")):
+            out["target"] = out["draft"] = False
         target_keys = [k for k in inst if k.startswith(f"{runner}.target") or
                        (runner == "v2" and k == "v2.run_fullgraph")]
         draft_keys = [k for k in inst if k.startswith(f"{runner}.draft")]

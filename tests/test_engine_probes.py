@@ -34,6 +34,10 @@ def test_probes_installed_and_covering(base_url):
     assert snap["drafter_class"] == "EagleProposer"
     assert snap["draft_propose_probed"] is True
     assert not [k for k, ok in snap["installed"].items() if k.startswith("v1.") and not ok]
+    # The piece probes sit on vLLM's CUDAGraphWrapper; on CPU no instance is ever built.
+    assert snap["installed"]["graph.pieces.__call__"] is True
+    assert snap["installed"]["graph.pieces.__init__"] is True
+    assert snap["piece_wrappers"] == {} and snap["known_pieces"] == {}
     samples = scrape(base_url)
     assert metric_sum(samples, "specgw_probe_coverage", role="draft") == 1
     assert metric_sum(samples, "specgw_probe_coverage", role="target") == 1
@@ -72,6 +76,20 @@ def test_counters_move_by_exactly_the_expected_amounts(base_url, client):
     assert 1 + drafts + accepted >= n_tokens  # the last step may overshoot max_tokens
     assert after["snap"]["proposes_without_forward"] == 0
     assert after["snap"]["unattributed_replays"] == 0
+    # Dispatched NONE everywhere: no graph was asked for, none expected, none replayed;
+    # every label was read (no unknown), nothing partial, no capture on CPU.
+    assert after["snap"]["pieces"] == []
+    assert after["snap"]["captures"] == {}
+    for name in ("specgw_unknown_forwards_total", "specgw_partial_graph_forwards_total",
+                 "specgw_cudagraph_pieces_expected_total",
+                 "specgw_cudagraph_pieces_replayed_total"):
+        assert metric_sum(m_after, name) == 0, name
+    assert metric_sum(m_after, "specgw_silent_eager_forwards_total", role="draft") == 0
+    assert metric_sum(m_after, "specgw_cudagraph_hit_ratio", role="draft",
+                      phase="first_pass") == 0.0
+    cov = metric_sum(m_after, "specgw_cudagraph_piece_coverage", role="draft",
+                     phase="first_pass")
+    assert cov != cov  # NaN: no graph was dispatched, so coverage is undefined, not 100%
 
 
 def test_acceptance_metrics_agree_with_vllm(base_url, client):
@@ -111,3 +129,5 @@ def test_self_check_reports_cpu_eager(base_url):
     assert rank["drafter_model_class"] == "Eagle3LlamaForCausalLM"
     assert rank["num_speculative_tokens"] == K
     assert sc["reports"][0]["expected"]["1"]["first_pass"] == "none"
+    assert sc["reports"][0]["expected"]["max"]["first_pass_mixed"] == "none"
+    assert sc["warnings"] == []  # CPU: predictions are notes, never warnings

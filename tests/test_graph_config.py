@@ -67,3 +67,74 @@ def test_v2_full_graphs_and_piecewise_only_mode():
     # V2 ignores speculative_config.enforce_eager
     assert predict(runner="v2", spec_enforce_eager=True).first_pass == "full"
     assert predict(runner="v2", cudagraph_mode="NONE").first_pass == "none"
+
+
+# ------------------------------------------------------- rules from the version tables
+@pytest.mark.parametrize("version", ["0.26.0", "0.32.0"])
+def test_rules_come_from_the_version_table(version):
+    from engine_ext.internals import table_for
+
+    rules = table_for(version)
+    cc = compilation_config(settings(), "cuda", rules=rules)
+    assert cc["mode"] == rules.compile_mode_value
+    m = predict(runner="v2", rules=rules)
+    assert (m.first_pass, m.first_pass_mixed, m.draft_step) == ("full", "piecewise", "full")
+    assert predict(rules=rules).first_pass_mixed == "piecewise"  # V1: same as first pass
+
+
+def test_v2_mixed_first_pass_needs_a_compiled_drafter_or_breakable_graphs():
+    m = predict(runner="v2", drafter_compiled=False)
+    # Uniform decode batches replay FULL graphs (compile does not matter) ...
+    assert (m.first_pass, m.draft_step) == ("full", "full")
+    # ... but mixed batches are dispatched PIECEWISE: eager without pieces.
+    assert m.first_pass_mixed == "none"
+    assert any(r.startswith("first_pass_mixed:") for r in m.reasons)
+    assert predict(runner="v2", drafter_compiled=False,
+                   breakable_graphs=True).first_pass_mixed == "piecewise"
+    assert predict(runner="v2", cudagraph_mode="FULL_DECODE_ONLY").first_pass_mixed == "none"
+
+
+# ----------------------------------------------------------------------- self-check
+def plan(**kw) -> dict:
+    return {"runner": "v2", "cudagraph_mode": "FULL_AND_PIECEWISE",
+            "max_cudagraph_capture_size": 128, "max_num_seqs": 32,
+            "num_speculative_tokens": 3, "drafter_compiled": True,
+            "drafter_model_class": "Eagle3LlamaForCausalLM",
+            "captures": {"target": 50, "draft": 20}, **kw}
+
+
+def test_self_check_v2_uncompiled_drafter_warns_about_mixed_batches():
+    from engine_ext.self_check import evaluate
+
+    assert evaluate(plan(), "cuda")["warnings"] == []
+    rep = evaluate(plan(drafter_compiled=False), "cuda")
+    assert rep["expected"]["max"]["first_pass"] == "full"
+    assert rep["expected"]["max"]["first_pass_mixed"] == "none"
+    assert any("mixed batches will run EAGER" in w for w in rep["warnings"])
+    assert any("not torch-compiled" in w and "mixed batches" in w for w in rep["warnings"])
+    # one warning per shape class, not per batch size
+    assert len(rep["warnings"]) == len(set(rep["warnings"])) == 2
+    breakable = plan(drafter_compiled=False, draft_prefill_manager={"use_breakable_cg": True})
+    assert evaluate(breakable, "cuda")["warnings"] == []
+    # CPU: predictions, never warnings
+    assert evaluate(plan(drafter_compiled=False), "cpu")["warnings"] == []
+
+
+def test_self_check_v1_uncompiled_drafter_warns():
+    from engine_ext.self_check import evaluate
+
+    rep = evaluate(plan(runner="v1", drafter_compiled=False), "cuda")
+    assert rep["expected"]["1"]["first_pass"] == "none"
+    assert any("PIECEWISE dispatch would run eager" in w for w in rep["warnings"])
+
+
+def test_self_check_reports_specgw_compile_and_unsafe_and_unattributed_captures():
+    from engine_ext.self_check import evaluate
+
+    rep = evaluate(plan(drafter_compiled_by_specgw=True), "cuda")
+    assert rep["warnings"] == []
+    assert any("compiled by specgw" in n for n in rep["notes"])
+    unsafe = evaluate(plan(drafter_compile_unsafe="multi-layer MTP"), "cuda")
+    assert "drafter dispatched eager on purpose: multi-layer MTP" in unsafe["warnings"]
+    odd = evaluate(plan(captures={"target": 3, "unknown": 2}), "cuda")
+    assert any("2 CUDA graph captures not attributed" in n for n in odd["notes"])

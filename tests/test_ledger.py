@@ -71,3 +71,105 @@ def test_unprobed_paths_turn_coverage_off():
     assert coverage_by_role([{**ok, "installed": {"v1.target.x": True, "v1.draft.y": False}}]) \
         == {"target": True, "draft": False}
     assert coverage_by_role([{**ok, "draft_propose_probed": False}])["draft"] is False
+
+
+# ------------------------------------------------------------- per-piece accounting
+# The installed probes drive the ledger like this: ``set_forward_context`` opens
+# ``forward(role, label)``, each PIECEWISE ``CUDAGraphWrapper.__call__`` runs through
+# ``ledger.piece(...)``, and ``torch.cuda.CUDAGraph.replay`` calls ``on_replay()``.
+
+def piecewise_forward(lg: Ledger, role: str, label: object, replayed: list[bool]) -> None:
+    """One forward over a split graph whose i-th piece replays iff ``replayed[i]``."""
+    with lg.forward(role, label):
+        for hit in replayed:
+            lg.piece(lambda hit=hit: lg.on_replay() if hit else None)
+
+
+def pieces(lg: Ledger) -> dict:
+    return {tuple(r[:2]): tuple(r[2:]) for r in lg.snapshot()["pieces"]}
+
+
+def test_every_piece_replayed_is_graph_some_is_partial_none_is_eager():
+    lg = Ledger()
+    with lg.suppressed(role="draft"), lg.propose():  # capture: learns the graph's size
+        piecewise_forward(lg, "draft", "piecewise", [True] * 4)
+    with lg.propose():
+        piecewise_forward(lg, "draft", "piecewise", [True] * 4)
+        piecewise_forward(lg, "draft", "piecewise", [True, False, True, True])
+        piecewise_forward(lg, "draft", "piecewise", [False] * 4)
+    c = counts(lg)
+    assert c == {("draft", "first_pass", "piecewise", "graph"): 1,
+                 ("draft", "draft_step", "piecewise", "partial"): 1,
+                 ("draft", "draft_step", "piecewise", "eager"): 1}
+    assert pieces(lg) == {("draft", "first_pass"): (4, 4), ("draft", "draft_step"): (3, 8)}
+    assert lg.snapshot()["known_pieces"] == {"draft": 4}
+
+
+def test_uncompiled_module_dispatched_piecewise_expects_the_known_pieces():
+    lg = Ledger()
+    with lg.suppressed():
+        piecewise_forward(lg, "draft", "piecewise", [True] * 3)
+    # The seed bug: no wrapper runs at all, nothing replays.
+    with lg.propose():
+        piecewise_forward(lg, "draft", "piecewise", [])
+    assert counts(lg) == {("draft", "first_pass", "piecewise", "eager"): 1}
+    assert pieces(lg) == {("draft", "first_pass"): (0, 3)}
+    # Never compiled anywhere: still at least one graph was expected, none replayed.
+    fresh = Ledger()
+    piecewise_forward(fresh, "draft", "piecewise", [])
+    assert pieces(fresh) == {("draft", "first_pass"): (0, 1)}
+
+
+def test_dispatched_none_expects_no_graph_and_full_expects_one():
+    lg = Ledger()
+    piecewise_forward(lg, "target", "none", [False, False])  # pieces run, mode NONE
+    with lg.forward("target", "full"):
+        lg.on_replay()
+    with lg.forward("target", "full"):
+        pass
+    c = counts(lg)
+    assert c == {("target", "forward", "none", "eager"): 1,
+                 ("target", "forward", "full", "graph"): 1,
+                 ("target", "forward", "full", "eager"): 1}
+    assert pieces(lg) == {("target", "forward"): (1, 2)}
+
+
+def test_unknown_label_is_never_a_hit():
+    lg = Ledger()
+    piecewise_forward(lg, "draft", "unknown", [True, True])
+    assert counts(lg) == {("draft", "first_pass", "unknown", "unknown"): 1}
+    assert pieces(lg) == {}
+
+
+def test_fused_graph_pieces_weighted_by_steps():
+    lg = Ledger()
+    with lg.propose():
+        with lg.forward("draft", "full"):
+            lg.on_replay()
+        with lg.covering(3), lg.forward("draft", "full", weight=lg.fused_steps or 1):
+            lg.on_replay()
+    assert pieces(lg) == {("draft", "first_pass"): (1, 1), ("draft", "draft_step"): (3, 3)}
+
+
+def test_captures_outside_a_scope_take_the_role_of_the_capture_call():
+    lg = Ledger()
+    with lg.suppressed(role="target"):
+        lg.on_capture()  # MRV2: torch.cuda.graph begins before the forward context
+        with lg.suppressed(role="draft"):
+            lg.on_capture()
+        lg.on_capture()
+    lg.on_capture()
+    assert lg.snapshot()["captures"] == {"target": 2, "draft": 1, "unknown": 1}
+
+
+def test_classify_table():
+    from engine_ext.probes.ledger import classify
+
+    assert classify("piecewise", 0, 0, 0, 0) == ("eager", 0, 1)
+    assert classify("piecewise", 2, 0, 0, 5) == ("graph", 1, 1)  # breakable graphs
+    assert classify("piecewise", 5, 5, 5, 5) == ("graph", 5, 5)
+    assert classify("piecewise", 2, 5, 2, 5) == ("partial", 2, 5)
+    assert classify("piecewise", 2, 2, 2, 5) == ("partial", 2, 5)  # pieces skipped
+    assert classify("full", 0, 0, 0, 0) == ("eager", 0, 1)
+    assert classify("none", 0, 3, 0, 3) == ("eager", 0, 0)
+    assert classify("unknown", 9, 9, 9, 9) == ("unknown", 0, 0)

@@ -1,5 +1,7 @@
 """A real Prometheus scrapes the gateway; every dashboard query and alert rule is
-evaluated through its HTTP API after a bounded burst of real requests."""
+evaluated through its HTTP API after a bounded burst of real requests. The same checks
+run against both scrape targets users have: ``specgw serve``, and a stock ``vllm serve``
+with the specgw plugin (the dashboard and alert rules must work unchanged on both)."""
 
 from __future__ import annotations
 
@@ -22,15 +24,22 @@ MON = ROOT / "monitoring"
 RATE_WINDOW = "30s"
 
 
+@pytest.fixture(scope="module", params=["specgw_serve", "vllm_serve"])
+def target(request) -> str:
+    """The scraped server: the session gateway, or vLLM's own server with our plugin."""
+    return request.getfixturevalue("server" if request.param == "specgw_serve"
+                                   else "vllm_serve").url
+
+
 @pytest.fixture(scope="module")
-def prometheus(base_url: str, tmp_path_factory) -> Iterator[str]:
+def prometheus(target: str, tmp_path_factory) -> Iterator[str]:
     binary = shutil.which("prometheus")
     assert binary, "prometheus not installed (scripts/install_prometheus.sh)"
     d = tmp_path_factory.mktemp("prom")
     shutil.copy(MON / "alerts.yml", d / "alerts.yml")
     cfg = yaml.safe_load((MON / "prometheus.yml").read_text())
     cfg["global"].update(scrape_interval="1s", evaluation_interval="1s")
-    cfg["scrape_configs"][0]["static_configs"] = [{"targets": [base_url.split("//")[1]]}]
+    cfg["scrape_configs"][0]["static_configs"] = [{"targets": [target.split("//")[1]]}]
     (d / "prometheus.yml").write_text(yaml.safe_dump(cfg))
     port = free_port()
     log = (LOG_DIR / "prometheus.log").open("w")
@@ -61,7 +70,7 @@ def burst(base_url: str) -> None:
         else:
             c.completions.create(model=MODEL, prompt=f"import os{i}", max_tokens=32,
                                  temperature=0)
-    for bad in ({"max_tokens": -1}, {"temperature": 9}):
+    for bad in ({"max_tokens": -1}, {"temperature": -1}):
         with pytest.raises(BadRequestError):
             c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}],
                                       **bad)
@@ -74,10 +83,10 @@ def query(prom: str, expr: str) -> dict:
     return r.json()
 
 
-def test_every_dashboard_query_returns_data(prometheus, base_url):
-    burst(base_url)
+def test_every_dashboard_query_returns_data(prometheus, target, request):
+    burst(target)
     time.sleep(6)  # a few 1 s scrapes after the burst, so rate() has its two samples
-    burst(base_url)
+    burst(target)
     time.sleep(4)
     empty, failed = [], []
     for title, expr in all_queries():
@@ -96,7 +105,9 @@ def test_every_dashboard_query_returns_data(prometheus, base_url):
     al = query(prometheus, substitute(panel["Mean acceptance length"].targets[0][1],
                                       RATE_WINDOW))
     assert float(al["data"]["result"][0]["value"][1]) > 1.0
-    render(prometheus, LOG_DIR / "dashboard.png", minutes=1, step=1, rate_window=RATE_WINDOW)
+    name = request.node.callspec.params["target"]
+    png = "dashboard.png" if name == "specgw_serve" else f"dashboard-{name}.png"
+    render(prometheus, LOG_DIR / png, minutes=1, step=1, rate_window=RATE_WINDOW)
 
 
 def test_alert_rules_evaluate_without_error(prometheus):
@@ -154,11 +165,20 @@ def test_dockerfile_and_compose_reference_real_files():
     for src in re.findall(r"^COPY\s+(.+?)\s+\S+$", text, re.M):
         for item in src.split():
             assert (ROOT / item).exists(), item
-    entry = json.loads(re.search(r"^ENTRYPOINT\s+(\[.*\])$", text, re.M).group(1))
+    entries = [json.loads(e) for e in re.findall(r"^ENTRYPOINT\s+(\[.*\])$", text, re.M)]
     import tomllib
 
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert entry[0] in scripts
+    assert entries[-1][0] in scripts  # the default (last) stage runs specgw serve
+    # The vllm-plugin stage runs vLLM's own server with exactly the README's plugin flag
+    # and env, bound for a container.
+    from engine_ext.endpoint_plugin import VLLM_PLUGINS_LINE
+    from engine_ext.engine import WORKER_EXTENSION
+
+    assert re.search(r"^FROM vllm/vllm-openai:\S+ AS vllm-plugin$", text, re.M)
+    assert entries[0][:2] == ["vllm", "serve"] and WORKER_EXTENSION in entries[0]
+    assert VLLM_PLUGINS_LINE in text
+    assert VLLM_PLUGINS_LINE in (ROOT / "README.md").read_text()
     assert re.search(r"^USER\s+(?!root\b)\S+", text, re.M)
     assert "HEALTHCHECK" in text and "/ready" in text
     compose = yaml.safe_load((MON / "docker-compose.yml").read_text())

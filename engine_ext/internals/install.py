@@ -11,12 +11,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import inspect
 import logging
 from collections.abc import Callable
 from typing import Any
 
 from engine_ext.internals.table import InternalsTable
-from engine_ext.probes.ledger import LEDGER, ROLE_DRAFT, ROLE_TARGET, Ledger
+from engine_ext.probes.ledger import LEDGER, ROLE_DRAFT, ROLE_TARGET, UNKNOWN, Ledger
 
 log = logging.getLogger("engine_ext.probes")
 
@@ -49,15 +50,47 @@ def _resolve(mod: str, cls: str | None = None) -> Any:
     return getattr(obj, cls) if cls else obj
 
 
+_MODE_ARG = "cudagraph_runtime_mode"
+
+
+def dispatch_label_reader(fn: Callable) -> Callable[[tuple, dict], object]:
+    """How to read the dispatcher's decision from a call of ``fn`` (vLLM's
+    ``set_forward_context``), worked out once from its signature: by keyword, by
+    position, or the signature's default when the caller leaves it out (that default is
+    what vLLM's graph wrappers then read). Without such a parameter the label is
+    unknown, and so is every forward counted through it."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return lambda args, kwargs: kwargs.get(_MODE_ARG, UNKNOWN)
+    names = [p.name for p in params]
+    if _MODE_ARG not in names:
+        return lambda args, kwargs: kwargs.get(_MODE_ARG, UNKNOWN)
+    param = params[names.index(_MODE_ARG)]
+    pos = names.index(_MODE_ARG) if param.kind in (
+        param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD) else None
+    default = UNKNOWN if param.default is param.empty else param.default
+
+    def read(args: tuple, kwargs: dict) -> object:
+        if _MODE_ARG in kwargs:
+            return kwargs[_MODE_ARG]
+        if pos is not None and len(args) > pos:
+            return args[pos]
+        return default
+
+    return read
+
+
 def _forward_context_probe(role: str, ledger: Ledger):
     """Wrap a module's ``set_forward_context`` so each entry is one ``role`` forward,
-    with the dispatcher's decision taken from its ``cudagraph_runtime_mode`` kwarg."""
+    labelled with the dispatcher's ``cudagraph_runtime_mode`` however it was passed."""
 
     def make(orig):
+        label = dispatch_label_reader(orig)
+
         @contextlib.contextmanager
         def probed(*args, **kwargs):
-            dispatched = kwargs.get("cudagraph_runtime_mode")
-            with ledger.forward(role, dispatched), orig(*args, **kwargs) as ctx:
+            with ledger.forward(role, label(args, kwargs)), orig(*args, **kwargs) as ctx:
                 yield ctx
 
         return probed
@@ -65,10 +98,10 @@ def _forward_context_probe(role: str, ledger: Ledger):
     return make
 
 
-def _suppress_probe(ledger: Ledger):
+def _suppress_probe(ledger: Ledger, role: str | None = None):
     def make(orig):
         def probed(*args, **kwargs):
-            with ledger.suppressed():
+            with ledger.suppressed(role):
                 return orig(*args, **kwargs)
 
         return probed
@@ -126,6 +159,44 @@ def _fused_probe(ledger: Ledger):
     return make
 
 
+_PIECE = "_specgw_piece"
+
+
+def _piece_probes(table: InternalsTable, ledger: Ledger) -> None:
+    """Count split-graph pieces: every PIECEWISE ``CUDAGraphWrapper`` wraps one piece of a
+    ``@support_torch_compile`` module. Whether an instance is a piece is decided once in
+    ``__init__`` (an instance attribute), so the per-call cost is one attribute read."""
+    try:
+        wrapper_cls = _resolve(*table.cudagraph_wrapper)
+    except Exception as exc:
+        ledger.installed["graph.pieces"] = False
+        ledger.install_errors["graph.pieces"] = f"{type(exc).__name__}: {exc}"
+        return
+
+    def init_make(orig):
+        def __init__(self, *args, **kwargs):
+            orig(self, *args, **kwargs)
+            mode = self.__dict__.get("runtime_mode")
+            piece = getattr(mode, "name", str(mode)) == "PIECEWISE"
+            self.__dict__[_PIECE] = piece
+            if piece:
+                backend = getattr(self.__dict__.get("runnable"), "vllm_backend", None)
+                ledger.on_piece_wrapper(getattr(backend, "prefix", None))
+
+        return __init__
+
+    def call_make(orig):
+        def __call__(self, *args, **kwargs):
+            if self.__dict__.get(_PIECE):
+                return ledger.piece(orig, self, *args, **kwargs)
+            return orig(self, *args, **kwargs)
+
+        return __call__
+
+    _wrap_attr(wrapper_cls, "__init__", init_make, "graph.pieces.__init__", ledger)
+    _wrap_attr(wrapper_cls, "__call__", call_make, "graph.pieces.__call__", ledger)
+
+
 def _graph_probes(ledger: Ledger) -> None:
     """Count real replays and captures at the one place every graph goes through."""
     try:
@@ -166,12 +237,14 @@ def install(table: InternalsTable, ledger: Ledger = LEDGER) -> Ledger:
         _wrap_attr(runner_mod, fc, _forward_context_probe(ROLE_TARGET, ledger),
                    f"v1.target.{fc}", ledger)
         for m in table.suppressed_runner_methods:
-            _wrap_attr(runner_cls, m, _suppress_probe(ledger), f"v1.target.{m}", ledger)
+            _wrap_attr(runner_cls, m, _suppress_probe(ledger, ROLE_TARGET),
+                       f"v1.target.{m}", ledger)
         base_mod, base_name = table.v1_proposer_class
         proposer = _resolve(base_mod, base_name)
         _wrap_attr(proposer, "propose", _propose_probe(ledger), "v1.draft.propose", ledger)
         for m in table.suppressed_proposer_methods:
-            _wrap_attr(proposer, m, _suppress_probe(ledger), f"v1.draft.{m}", ledger)
+            _wrap_attr(proposer, m, _suppress_probe(ledger, ROLE_DRAFT), f"v1.draft.{m}",
+                       ledger)
         for mod_name in table.v1_proposer_modules:
             mod = _resolve(mod_name)
             _wrap_attr(mod, fc, _forward_context_probe(ROLE_DRAFT, ledger),
@@ -181,12 +254,15 @@ def install(table: InternalsTable, ledger: Ledger = LEDGER) -> Ledger:
                 if isinstance(obj, type) and issubclass(obj, proposer) and obj is not proposer:
                     for m in ("propose", *table.suppressed_proposer_methods):
                         if m in vars(obj):
-                            _wrap_attr(obj, m, (_propose_probe if m == "propose"
-                                                else _suppress_probe)(ledger),
+                            _wrap_attr(obj, m, _propose_probe(ledger) if m == "propose"
+                                       else _suppress_probe(ledger, ROLE_DRAFT),
                                        f"v1.draft.{obj.__name__}.{m}", ledger)
     except Exception as exc:
         ledger.install_errors["v1"] = f"{type(exc).__name__}: {exc}"
         log.warning("Model Runner V1 probes unavailable: %s", exc)
+
+    # ---- Split-graph pieces (both runners, target and drafter)
+    _piece_probes(table, ledger)
 
     # ---- Model Runner V2 (needs triton to import; absent is fine when V1 runs)
     try:
@@ -203,7 +279,13 @@ def install(table: InternalsTable, ledger: Ledger = LEDGER) -> Ledger:
                f"v2.target.{fc}", ledger)
     for m in ("_dummy_run", "profile_run", "capture_model"):
         if hasattr(runner_cls, m):
-            _wrap_attr(runner_cls, m, _suppress_probe(ledger), f"v2.target.{m}", ledger)
+            _wrap_attr(runner_cls, m, _suppress_probe(ledger, ROLE_TARGET),
+                       f"v2.target.{m}", ledger)
+    # The speculator's FULL graphs are captured inside the runner's capture_model, and
+    # torch.cuda.graph starts capturing before any forward context: name the role here.
+    _wrap_attr(spec_cls, table.v2_speculator_capture_method,
+               _suppress_probe(ledger, ROLE_DRAFT),
+               f"v2.draft.{table.v2_speculator_capture_method}", ledger)
     # Every FULL replay (the model manager's override calls super()) goes through the
     # base class; whether it is target or drafter work is decided by being in propose().
     _wrap_attr(cg.CudaGraphManager, "run_fullgraph", _fullgraph_probe(ledger, ROLE_TARGET),

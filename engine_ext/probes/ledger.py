@@ -3,10 +3,12 @@
 Pure Python and free of vLLM imports so it can be unit-tested anywhere. The version
 modules in ``engine_ext.internals`` open a :func:`forward` scope around every model
 invocation they can see; ``torch.cuda.CUDAGraph.replay`` and ``capture_begin`` report
-into the innermost open scope. A forward whose scope saw at least one replay *ran* as a
-graph; one that saw none ran eager, whatever the dispatcher had decided. That is the
-difference between "dispatched PIECEWISE" and "replayed PIECEWISE" which vLLM PR #25109
-was about.
+into the innermost open scope, and every PIECEWISE ``CUDAGraphWrapper`` call (one piece of
+a compiled split graph) reports whether it replayed. At the end of the scope
+:func:`classify` compares what replayed with what the dispatcher asked for: a PIECEWISE
+forward is ``graph`` only if every piece of the split graph replayed, ``partial`` if some
+did, ``eager`` if none did (the silent fallback of vLLM PR #25109); a forward whose
+dispatch label could not be read is ``unknown``, never a hit.
 
 Everything here is CPU-side bookkeeping: no tensor is touched, so no GPU sync is added.
 """
@@ -27,12 +29,16 @@ PHASE_FIRST = "first_pass"  # drafter pass over the verified tokens (B*(k+1) tok
 PHASE_STEP = "draft_step"  # drafter per-token steps 2..k (B tokens each)
 
 MODES = ("none", "piecewise", "full")
+UNKNOWN = "unknown"  # dispatch label not determinable: never counted as a graph hit
+EXECUTED = ("graph", "partial", "eager", UNKNOWN)
 
 
 def mode_name(mode: object) -> str:
     """Normalise a vLLM ``CUDAGraphMode`` (or None/str) to none|piecewise|full."""
     if mode is None:
         return "none"
+    if mode is UNKNOWN:
+        return UNKNOWN
     name = getattr(mode, "name", str(mode)).lower()
     if name in MODES:
         return name
@@ -47,7 +53,34 @@ class _Scope:
     dispatched: str
     weight: int
     counted: bool
-    replays: int = 0
+    replays: int = 0  # every CUDAGraph.replay() inside the scope
+    pieces: int = 0  # PIECEWISE wrapper calls (split-graph pieces executed)
+    pieces_replayed: int = 0  # of those, the ones that replayed their graph
+
+
+def classify(dispatched: str, replays: int, pieces: int, pieces_replayed: int,
+             known_pieces: int) -> tuple[str, int, int]:
+    """(executed, graphs replayed, graphs expected) for one forward.
+
+    ``known_pieces`` is the number of pieces this role's split graph has (learned from
+    earlier forwards, capture included). A PIECEWISE forward expects every piece of its
+    split graph to replay, and at least one graph even when no piece ran at all: an
+    uncompiled module has no pieces, which is exactly the silent fallback. A FULL forward
+    expects one graph.
+    """
+    if dispatched == UNKNOWN:
+        return UNKNOWN, 0, 0
+    if dispatched == "piecewise":
+        if pieces == 0 and replays > 0:
+            # Graphs without piecewise wrappers (breakable CUDA graphs): one whole graph.
+            return "graph", 1, 1
+        expected = max(pieces, known_pieces, 1)
+        if pieces_replayed >= expected:
+            return "graph", pieces_replayed, expected
+        return ("partial" if pieces_replayed else "eager"), pieces_replayed, expected
+    if dispatched == "full":
+        return ("graph", 1, 1) if replays else ("eager", 0, 1)
+    return ("graph" if replays else "eager"), 0, 0
 
 
 @dataclass
@@ -62,6 +95,10 @@ class Ledger:
 
     forwards: Counter = field(default_factory=Counter)  # (role, phase, dispatched, executed)
     replays: Counter = field(default_factory=Counter)  # (role, phase) raw replay calls
+    pieces_replayed: Counter = field(default_factory=Counter)  # (role, phase)
+    pieces_expected: Counter = field(default_factory=Counter)  # (role, phase)
+    known_pieces: dict[str, int] = field(default_factory=dict)  # role -> split-graph pieces
+    piece_wrappers: Counter = field(default_factory=Counter)  # compile prefix -> wrappers
     captures: Counter = field(default_factory=Counter)  # role
     unattributed_replays: int = 0
     proposes: int = 0
@@ -99,13 +136,19 @@ class Ledger:
 
     # -------------------------------------------------------------- scopes
     @contextmanager
-    def suppressed(self) -> Iterator[None]:
-        """Profile, warm-up and capture runs: seen, never counted as serving work."""
+    def suppressed(self, role: str | None = None) -> Iterator[None]:
+        """Profile, warm-up and capture runs: seen, never counted as serving work.
+        ``role`` names whose graphs a capture outside any forward scope belongs to (MRV2
+        opens ``torch.cuda.graph`` before the model's forward context)."""
         self._local.suppress = self._suppress_depth() + 1
+        outer_role = getattr(self._local, "role_hint", None)
+        if role is not None:
+            self._local.role_hint = role
         try:
             yield
         finally:
             self._local.suppress -= 1
+            self._local.role_hint = outer_role
 
     @contextmanager
     def propose(self) -> Iterator[None]:
@@ -154,29 +197,61 @@ class Ledger:
             yield
         finally:
             stack.pop()
-            if scope.counted:
-                executed = "graph" if scope.replays > 0 else "eager"
-                with self._lock:
-                    self.forwards[(role, phase, scope.dispatched, executed)] += scope.weight
-                if st is not None:
-                    st.forwards += scope.weight
+            self._close(scope, st)
+
+    def _close(self, scope: _Scope, st: _ProposeState | None) -> None:
+        role = scope.role
+        known = self.known_pieces.get(role, 0)
+        if scope.pieces > known:  # learnt at capture too: the split graph's size
+            self.known_pieces[role] = known = scope.pieces
+        if not scope.counted:
+            return
+        executed, replayed, expected = classify(
+            scope.dispatched, scope.replays, scope.pieces, scope.pieces_replayed, known)
+        w = scope.weight
+        key = (role, scope.phase)
+        with self._lock:  # the one lock taken per forward
+            self.forwards[(role, scope.phase, scope.dispatched, executed)] += w
+            if scope.replays:
+                self.replays[key] += scope.replays
+            if expected:
+                self.pieces_expected[key] += expected * w
+                self.pieces_replayed[key] += replayed * w
+        if st is not None:
+            st.forwards += w
 
     # ------------------------------------------------------- torch callbacks
     def on_replay(self) -> None:
         stack = self._stack()
         if stack:
-            scope = stack[-1]
-            scope.replays += 1
-            if scope.counted:
-                with self._lock:
-                    self.replays[(scope.role, scope.phase)] += 1
+            stack[-1].replays += 1  # added to the ledger when the scope closes
         elif self._suppress_depth() == 0:
             with self._lock:
                 self.unattributed_replays += 1
 
+    def piece(self, fn, *args, **kwargs):
+        """Run one PIECEWISE wrapper call (a piece of a split graph) inside the open
+        scope, noting whether it replayed. Integer bumps on the scope only: no lock."""
+        stack = self._stack()
+        if not stack:
+            return fn(*args, **kwargs)
+        scope = stack[-1]
+        before = scope.replays
+        out = fn(*args, **kwargs)
+        scope.pieces += 1
+        if scope.replays > before:
+            scope.pieces_replayed += 1
+        return out
+
+    def on_piece_wrapper(self, prefix: str | None) -> None:
+        """A PIECEWISE wrapper was built around a piece of the ``prefix`` module."""
+        with self._lock:
+            self.piece_wrappers[prefix or ""] += 1
+
     def on_capture(self) -> None:
         stack = self._stack()
-        role = stack[-1].role if stack else "unknown"
+        hint = getattr(self._local, "role_hint", None)
+        role = stack[-1].role if stack else hint or "unknown"
         with self._lock:
             self.captures[role] += 1
 
@@ -187,6 +262,10 @@ class Ledger:
             return {
                 "forwards": [[*k, v] for k, v in sorted(self.forwards.items())],
                 "replays": [[*k, v] for k, v in sorted(self.replays.items())],
+                "pieces": [[*k, self.pieces_replayed[k], v]
+                           for k, v in sorted(self.pieces_expected.items())],
+                "known_pieces": dict(self.known_pieces),
+                "piece_wrappers": dict(self.piece_wrappers),
                 "captures": dict(self.captures),
                 "unattributed_replays": self.unattributed_replays,
                 "proposes": self.proposes,

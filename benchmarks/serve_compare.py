@@ -1,0 +1,282 @@
+"""``specgw serve`` vs ``vllm serve`` (and specgw's own variants) under ``vllm bench serve``.
+
+Servers (``--variants``, any subset; each a real process on 127.0.0.1):
+
+* ``specgw``            ``specgw serve`` with the engine configuration stated below
+* ``vllm``              vLLM's own OpenAI server with the same engine configuration, stock
+                        (``SPECGW_PROBES=0``: our plugin registers nothing in it)
+* ``specgw-probes-off`` ``specgw`` with ``SPECGW_PROBES=0`` (no probes; this also skips the
+                        compiled-drafter registration, which only runner V1 needs)
+* ``specgw-poll-1s``    ``specgw`` with ``--poll-interval 1`` (default 5 s)
+* ``router``            ``specgw serve --backend`` in front of the ``vllm`` server (routing
+                        only, no engine of its own): router overhead vs ``vllm``
+* ``specgw-defaults`` / ``vllm-defaults``  each server with only model, draft and k given
+
+Same engine configuration (``engine_config()``, recorded in ``servers.json`` with each
+server's own "with config:" log line as evidence): model, draft, method, k, max_num_seqs,
+max_model_len, seed, dtype, max_num_batched_tokens (2048: what specgw's in-process
+``AsyncLLM`` gets from vLLM, usage context ENGINE_CONTEXT; ``vllm serve`` would take 8192
+on an H200), compilation config with specgw's capture sizes
+(``engine_ext.graph_config.compilation_config``), memory share per server.
+
+Protocol: all servers are started one after another (each with ``--gpu-share`` of the GPU)
+and stay warm. Then for every repetition, concurrency and server, in an order rotated per
+repetition (so no server always runs first or last), one ``vllm bench serve`` run
+(in-process: ``vllm.benchmarks.serve.main``; random dataset, ``--ignore-eos``, fixed
+input/output lengths, ``num_prompts = max(--min-prompts, --prompts-per-client * c)``)
+after ``--num-warmups`` warm-up requests. Each run's result is one JSON file under
+``OUT/runs/``; a run whose file exists is skipped, so an interrupted matrix resumes.
+``serve_compare_report.py`` turns ``OUT`` into ``docs/serve_compare.md``.
+
+Device (after ``gpu_session.sh stash`` and ``install``; the reduced matrix, three engines
+started in about three minutes, 60 runs in about four; output under $OUT)::
+
+    JOB_SECONDS=570 bash benchmarks/gpu_session.sh job benchmarks/serve_compare.py \
+        --variants specgw,vllm,specgw-probes-off --concurrency 1,16,64,128 --reps 5 \
+        --gpu-share 0.25 --budget-s 480
+
+Here: ``flock /tmp/specgw-engine.lock python -m benchmarks.serve_compare --out DIR ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.harness import ROOT, Server, acceptance, scrape, vllm_serve_cmd
+
+SERVED = "bench"
+VARIANTS = ("specgw", "vllm", "specgw-probes-off", "specgw-poll-1s", "router",
+            "specgw-defaults", "vllm-defaults")
+BUNDLED = ROOT / "models" / "tiny-code-llama"
+# Fields of each vllm bench serve result kept per run (the per-request lists are not).
+KEEP = ("duration", "completed", "failed", "total_input_tokens", "total_output_tokens",
+        "request_throughput", "output_throughput", "total_token_throughput",
+        "max_output_tokens_per_s", "max_concurrent_requests",
+        "spec_decode_acceptance_length", "spec_decode_acceptance_rate")
+
+
+def device() -> str:
+    from engine_ext.engine import detect_device
+
+    return detect_device()
+
+
+def engine_config(a: argparse.Namespace, dev: str) -> dict:
+    """The one engine configuration both servers get, stated explicitly."""
+    from vllm.config import SchedulerConfig
+
+    from engine_ext.graph_config import compilation_config
+    from engine_ext.settings import EngineSettings
+
+    s = EngineSettings(model=str(a.pair / "target"), draft_model=str(a.pair / "eagle3"),
+                       method=a.method, num_speculative_tokens=a.k, served_model_name=SERVED,
+                       max_num_seqs=a.max_num_seqs, max_model_len=a.max_model_len, seed=a.seed)
+    spec = {"method": a.method, "model": s.draft_model, "num_speculative_tokens": a.k}
+    return {
+        "model": s.model, "served_model_name": SERVED, "speculative_config": spec,
+        "max_num_seqs": s.max_num_seqs, "max_model_len": s.max_model_len, "seed": s.seed,
+        "dtype": s.dtype,
+        # specgw's AsyncLLM.from_engine_args runs under UsageContext.ENGINE_CONTEXT, for
+        # which vLLM has no per-device default: the SchedulerConfig class default.
+        "max_num_batched_tokens": SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        "compilation_config": compilation_config(s, dev),
+        "memory": ({"gpu_memory_utilization": a.gpu_share} if dev == "cuda"
+                   else {"kv_cache_memory_bytes": int(s.kv_cache_gib * (1 << 30))}),
+        "runner": "auto (vLLM's choice, the same for both)",
+    }
+
+
+def vllm_flags(cfg: dict, same: bool) -> list[str]:
+    flags = ["--model", cfg["model"], "--served-model-name", SERVED,
+             "--speculative-config", json.dumps(cfg["speculative_config"]), "--port", "{port}",
+             "--host", "127.0.0.1", "--seed", str(cfg["seed"])]
+    flags += [f"--{k.replace('_', '-')}={v}" for k, v in cfg["memory"].items()]
+    if same:
+        flags += ["--max-num-seqs", str(cfg["max_num_seqs"]),
+                  "--max-model-len", str(cfg["max_model_len"]), "--dtype", cfg["dtype"],
+                  "--max-num-batched-tokens", str(cfg["max_num_batched_tokens"])]
+        if cfg["compilation_config"]:
+            flags += ["--compilation-config", json.dumps(cfg["compilation_config"])]
+    return flags
+
+
+def specgw_flags(cfg: dict, same: bool, max_c: int) -> tuple[list[str], dict]:
+    spec = cfg["speculative_config"]
+    flags = ["--log-format", "text", "--model", cfg["model"], "--draft-model", spec["model"],
+             "--method", spec["method"], "-k", str(spec["num_speculative_tokens"]),
+             "--served-model-name", SERVED]
+    env = {"SPECGW_SEED": str(cfg["seed"])}
+    if "gpu_memory_utilization" in cfg["memory"]:
+        env["SPECGW_GPU_MEMORY_UTILIZATION"] = str(cfg["memory"]["gpu_memory_utilization"])
+    if same:
+        # The gateway's admission limit must not queue what vLLM would run at once.
+        flags += ["--max-num-seqs", str(cfg["max_num_seqs"]), "--max-model-len",
+                  str(cfg["max_model_len"]), "--max-concurrency", str(max(64, max_c)),
+                  "--max-queue", str(4 * max(64, max_c))]
+    return flags, env
+
+
+def start_servers(a: argparse.Namespace, cfg: dict, log_dir: Path,
+                  servers: dict[str, Server]) -> None:
+    """Start the variants one after another into ``servers`` (engines racing for memory
+    at profiling time fail), each ready before the next starts."""
+    max_c = max(a.concurrency)
+    order = [v for v in a.variants if v != "router"]
+    if "router" in a.variants and "vllm" not in order:
+        order.append("vllm")
+    for v in order:
+        same = not v.endswith("-defaults")
+        if v.startswith("vllm"):
+            srv = Server(v, vllm_flags(cfg, same), env={"SPECGW_PROBES": "0"},
+                         cmd=vllm_serve_cmd(), ready_path="/health", log_dir=log_dir)
+        else:
+            flags, env = specgw_flags(cfg, same, max_c)
+            if v == "specgw-probes-off":
+                env["SPECGW_PROBES"] = "0"
+            if v == "specgw-poll-1s":
+                flags += ["--poll-interval", "1"]
+            srv = Server(v, flags, env=env, log_dir=log_dir)
+        servers[v] = srv
+        t = time.monotonic()
+        srv.wait_ready(a.start_timeout)
+        print(f"== {v} ready in {time.monotonic() - t:.0f}s at {srv.url}", flush=True)
+    if "router" in a.variants:
+        srv = Server("router", ["--log-format", "text", "--backend",
+                                f"engine={servers['vllm'].url}", "--max-concurrency",
+                                str(max(64, max_c)), "--max-queue", str(4 * max(64, max_c))],
+                     log_dir=log_dir)
+        servers["router"] = srv
+        srv.wait_ready(120)
+        print(f"== router ready at {srv.url}", flush=True)
+
+
+def config_evidence(srv: Server) -> list[str]:
+    """The engine's own statement of its configuration, from its log."""
+    keep = ("with config:", "max_num_batched_tokens", "Chunked prefill is enabled",
+            "cudagraph_capture_sizes", "speculative")
+    return [ln[:4000] for ln in srv.log_path.read_text(errors="replace").splitlines()
+            if any(k in ln for k in keep)][:12]
+
+
+def bench(a: argparse.Namespace, url: str, c: int, label: str) -> dict:
+    from vllm.benchmarks.serve import add_cli_args, main
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    n = max(a.min_prompts, a.prompts_per_client * c)
+    p = FlexibleArgumentParser()
+    add_cli_args(p)
+    args = p.parse_args([
+        "--backend", "vllm", "--base-url", url, "--endpoint", "/v1/completions",
+        "--model", SERVED, "--tokenizer", str(a.pair / "target"), "--dataset-name", "random",
+        "--random-input-len", str(a.input_len), "--random-output-len", str(a.output_len),
+        "--ignore-eos", "--num-prompts", str(n), "--max-concurrency", str(c),
+        "--num-warmups", str(a.num_warmups), "--seed", str(a.seed), "--disable-tqdm",
+        "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
+        "--temperature", "0", "--label", label])
+    res = main(args)
+    return {k: v for k, v in res.items()
+            if k in KEEP or (k.endswith("_ms") and isinstance(v, int | float))}
+
+
+def run_matrix(a: argparse.Namespace, servers: dict[str, Server]) -> None:
+    runs = a.out / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    variants = list(a.variants)
+    total = len(variants) * len(a.concurrency) * a.reps
+    done = 0
+    for rep in range(a.reps):
+        # Rotated per repetition: every server runs first, middle and last in turn.
+        order = variants[rep % len(variants):] + variants[:rep % len(variants)]
+        for c in a.concurrency:
+            for v in order:
+                done += 1
+                f = runs / f"{v}_c{c}_r{rep}.json"
+                if f.exists():
+                    continue
+                srv = servers[v]
+                if srv.proc.poll() is not None:
+                    raise RuntimeError(f"{v} died:\n{srv.tail()}")
+                before = scrape(srv.url)
+                t = time.time()
+                res = bench(a, srv.url, c, f"{v}-c{c}-r{rep}")
+                acc = acceptance(before, scrape(srv.url), a.k)
+                rec = {"variant": v, "concurrency": c, "rep": rep, "position": order.index(v),
+                       "started": t, "wall_s": round(time.time() - t, 2), "bench": res,
+                       "server_acceptance": acc}
+                f.write_text(json.dumps(rec, indent=1))
+                print(f"[{done}/{total}] {v} c={c} rep={rep}: "
+                      f"{res.get('output_throughput', 0):.0f} tok/s, TPOT p50 "
+                      f"{res.get('median_tpot_ms', 0):.2f} ms, TTFT p50 "
+                      f"{res.get('median_ttft_ms', 0):.1f} ms, failed {res.get('failed')}, "
+                      f"AL {acc['acceptance_length']}", flush=True)
+                if a.deadline and time.time() > a.deadline:
+                    print("== deadline: stopping (rerun to resume)", flush=True)
+                    return
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ints = lambda s: [int(x) for x in s.split(",")]  # noqa: E731
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "serve_compare")))
+    ap.add_argument("--pair", type=Path, default=BUNDLED,
+                    help="model pair dir with target/ and eagle3/")
+    ap.add_argument("--variants", type=lambda s: s.split(","),
+                    default=["specgw", "vllm", "specgw-probes-off"])
+    ap.add_argument("--concurrency", type=ints, default=[1, 16, 64, 128])
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--prompts-per-client", type=int, default=4)
+    ap.add_argument("--min-prompts", type=int, default=16)
+    ap.add_argument("--num-warmups", type=int, default=4)
+    ap.add_argument("--input-len", type=int, default=128)
+    ap.add_argument("--output-len", type=int, default=128)
+    ap.add_argument("--method", default="eagle3")
+    ap.add_argument("-k", type=int, default=3)
+    ap.add_argument("--max-num-seqs", type=int, default=128)
+    ap.add_argument("--max-model-len", type=int, default=2048)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--gpu-share", type=float, default=0.2,
+                    help="gpu_memory_utilization of each engine (all stay warm at once)")
+    ap.add_argument("--start-timeout", type=float, default=420)
+    ap.add_argument("--budget-s", type=float, default=0,
+                    help="seconds from start after which no new run starts (0: none); "
+                         "the servers are stopped and a rerun resumes")
+    a = ap.parse_args()
+    bad = [v for v in a.variants if v not in VARIANTS]
+    if bad:
+        ap.error(f"unknown variants {bad}; choose from {VARIANTS}")
+    a.deadline = time.time() + a.budget_s if a.budget_s else 0
+    a.out.mkdir(parents=True, exist_ok=True)
+    dev = device()
+    cfg = engine_config(a, dev)
+    servers: dict[str, Server] = {}
+    try:
+        start_servers(a, cfg, a.out / "logs", servers)
+        import torch
+        import vllm
+
+        meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "device": dev,
+                "device_name": (torch.cuda.get_device_name() if dev == "cuda"
+                                else f"cpu x{os.cpu_count()}"),
+                "vllm": vllm.__version__, "torch": torch.__version__, "engine_config": cfg,
+                "protocol": {k: (str(v) if isinstance(v, Path) else v)
+                             for k, v in vars(a).items()},
+                "servers": {v: {"argv": s.argv, "config_log": config_evidence(s)}
+                            for v, s in servers.items()}}
+        (a.out / "servers.json").write_text(json.dumps(meta, indent=1))
+        run_matrix(a, servers)
+    except KeyboardInterrupt:
+        print("== interrupted: stopping servers (rerun to resume)", flush=True)
+        return 130
+    finally:
+        for s in reversed(list(servers.values())):
+            s.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

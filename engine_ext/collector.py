@@ -1,0 +1,115 @@
+"""The one probe collector, shared by ``specgw serve`` (:class:`engine_ext.engine.SpecEngine`)
+and a stock ``vllm serve`` with our endpoint plugin (:mod:`engine_ext.endpoint_plugin`).
+
+Given vLLM's engine client (``AsyncLLM``: both front ends hold one), it runs the start-up
+self-check once, then mirrors every worker's probe ledger into Prometheus: every poll
+interval and, through the front end, right before each ``/metrics`` scrape.
+
+Every rank of every engine: vLLM's ``collective_rpc`` reaches all workers of one engine,
+but under data parallelism (``DPLBAsyncMPClient``) it returns engine 0's results only.
+:func:`all_engines_rpc` therefore sends the same utility call to each engine the client
+manages and tags each result with its engine index and a rank unique across engines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from engine_ext.internals.table import InternalsTable
+
+log = logging.getLogger("engine_ext.collector")
+
+RpcFn = Callable[[str, float], Awaitable[list[Any]]]
+
+
+def all_engines_rpc(engine_client: Any, table: InternalsTable) -> RpcFn:
+    """``collective_rpc`` over every worker of every engine behind ``engine_client``."""
+    core = getattr(engine_client, table.engine_client_core_attr, None)
+    engines = list(getattr(core, table.core_engines_attr, None) or [])
+    call_one = getattr(core, table.core_utility_method, None)
+
+    if not engines or call_one is None:  # an in-process engine core: one engine
+        async def rpc_single(method: str, timeout: float) -> list[Any]:
+            return tag_engine(0, 1, await engine_client.collective_rpc(method, timeout=timeout))
+
+        return rpc_single
+
+    async def rpc(method: str, timeout: float) -> list[Any]:
+        per_engine = await asyncio.gather(*(
+            call_one("collective_rpc", method, timeout, (), None, engine=e) for e in engines))
+        out: list[Any] = []
+        for idx, results in enumerate(per_engine):
+            out.extend(tag_engine(idx, len(results), results))
+        return out
+
+    return rpc
+
+
+def tag_engine(engine_idx: int, world: int, results: list[Any]) -> list[Any]:
+    """Label dict results with their engine and a rank unique across engines (engine 0's
+    ranks keep their numbers, so a single engine looks exactly as before)."""
+    for r in results:
+        if isinstance(r, dict):
+            r["engine"] = engine_idx
+            r["rank"] = engine_idx * world + int(r.get("rank", 0))
+    return results
+
+
+class ProbePoller:
+    """Self-check once, then keep ``monitoring.metrics.PROBES`` current.
+
+    ``run_self_check`` takes any object with ``collective_rpc``, ``device`` and
+    ``model_name``; this class is that object for both front ends.
+    """
+
+    def __init__(self, rpc: RpcFn, model_name: str, device: str,
+                 poll_interval_s: float = 5.0) -> None:
+        from engine_ext.vllm_series import VLLM_DERIVED
+
+        self._rpc = rpc
+        self.model_name = model_name
+        self.device = device
+        self.poll_interval_s = poll_interval_s
+        self.self_check: dict[str, Any] | None = None
+        self.snapshots: list[dict] = []  # the last refresh's, one per rank
+        self._lock = asyncio.Lock()
+        self._task: asyncio.Task | None = None
+        VLLM_DERIVED.add_model(model_name)
+
+    async def collective_rpc(self, method: str, timeout: float = 10.0) -> list[Any]:
+        # Serialised: each call occupies the engine's step loop on every rank.
+        async with self._lock:
+            return await asyncio.wait_for(self._rpc(method, timeout), timeout)
+
+    async def start(self) -> dict[str, Any]:
+        from engine_ext.self_check import run_self_check
+
+        self.self_check = await run_self_check(self)
+        await self.refresh()
+        self._task = asyncio.create_task(self._poll_loop(), name="specgw-probe-poller")
+        return self.self_check
+
+    async def refresh(self) -> list[dict]:
+        """Pull every rank's ledger into the Prometheus collector."""
+        from monitoring import metrics as m
+
+        snaps = await self.collective_rpc("specgw_probe_snapshot")
+        m.PROBES.update(self.model_name, snaps)
+        self.snapshots = snaps
+        return snaps
+
+    async def _poll_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll_interval_s)
+            try:
+                await self.refresh()
+            except Exception as exc:  # never let metrics take serving down
+                log.warning("probe poll failed: %s", exc)
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
