@@ -14,12 +14,14 @@ The corpus is the Python standard library's own source files (always on disk, no
 download). The output is a pure function of the corpus, the flags, the torch build and
 the thread count, all of which are recorded in ``build_info.json``.
 
-Presets: ``h200-small`` (the default) is the committed pair: a 4 x 384 target on the
-whole stdlib plus chat-formatted examples, bf16 autocast on CUDA, the original tokenizer
-(pass ``--tokenizer models/tiny-code-llama/target/tokenizer.json``); about 7 minutes on
-an H200, with wall-clock guards that stop a phase early (and say so in build_info.json)
-on a slower GPU. ``cpu-5m`` is the pair it replaced (4 x 256, 400 steps, trains the
-tokenizer; about 20 minutes on 2 cores). ``h200-150m`` builds the scaled-up pair the GPU
+Presets: ``h200-code`` (the default) is the committed pair: a 4 x 384 target on the
+whole stdlib, the permissively licensed Python sources of installed packages and
+chat-formatted examples, bf16 autocast on CUDA, the original tokenizer (pass
+``--tokenizer models/tiny-code-llama/target/tokenizer.json``); about 6 minutes on an
+H200, with wall-clock guards that stop a phase early (and say so in build_info.json) on
+a slower GPU. ``h200-small`` is the same model on the stdlib alone (it memorises it).
+``cpu-5m`` is the pair first bundled (4 x 256, 400 steps, trains the tokenizer; about
+20 minutes on 2 cores). ``h200-150m`` builds the scaled-up pair the GPU
 benchmark uses (a 150 M-parameter target, the same tokenizer; about 5 minutes on an
 H200). On CUDA the build is seeded and deterministic algorithms are requested, but
 cuBLAS/SDPA kernels may still differ across GPU models and drivers: the GPU, torch and
@@ -125,7 +127,7 @@ class BuildConfig:
 
 
 PRESETS: dict[str, BuildConfig] = {
-    # The pair first bundled (replaced by h200-small, issue #15): trainable on 2 cores in
+    # The pair first bundled (replaced on the H200, issue #15): trainable on 2 cores in
     # 20 minutes, too briefly to write code (loss 4.8).
     "cpu-5m": BuildConfig(),
     # The GPU benchmark's pair: ~150 M-parameter target (12 x 1024, the bundled
@@ -137,7 +139,7 @@ PRESETS: dict[str, BuildConfig] = {
         head_steps=900, head_lr=1e-3, aux_layers=(2, 6, 9), threads=8,
         max_corpus_bytes=40_000_000, corpus="stdlib-all", device="cuda",
     ),
-    # The committed pair, trained on an H200 (issue #15): 4 x 384 (per-token CPU cost
+    # The first H200 pair (issue #15, replaced by h200-code): 4 x 384 (per-token CPU cost
     # close to the original 4 x 256), the whole stdlib plus chat-formatted examples,
     # ~100x the original's training tokens; the pair stays under 30 MB in bf16.
     "h200-small": BuildConfig(
@@ -148,7 +150,8 @@ PRESETS: dict[str, BuildConfig] = {
         chat_examples=20_000, val_tokens=200_000,
         target_budget_s=230.0, head_budget_s=150.0,
     ),
-    # h200-small generalising instead of memorising: the device's stdlib alone is 4.2 M
+    # The committed pair: h200-small generalising instead of memorising (held-out loss
+    # 1.60 vs 2.49; docs/model_quality.md): the device's stdlib alone is 4.2 M
     # tokens (h200-small ran 55 epochs: train loss 0.09, held-out 2.49), so add the
     # permissively licensed sources of installed packages (at most 12 MB each), and ask
     # for code by docstring more often than by bare signature; half the files encoded
@@ -720,7 +723,7 @@ def environment(cfg: BuildConfig) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--preset", choices=sorted(PRESETS), default="h200-small")
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="h200-code")
     ap.add_argument("--out", type=Path, help="default: models/tiny-code-llama (bundled)")
     ap.add_argument("--no-time-budget", action="store_true",
                     help="run every step even past the preset's wall-clock guards")
