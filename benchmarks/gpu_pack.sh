@@ -3,10 +3,13 @@
 # vLLM 0.26.0 (the newest release on torch 2.11, the device's torch) without what a dense
 # Llama on Hopper never loads (FA2, the MoE and Blackwell kernels, vllm-rs, the other
 # Pythons' extensions), plus the py3.12 dependencies the device lacks, unpacked into one
-# site tree, as one xz archive split into two halves: .gpu/a/part.00, .gpu/b/part.01.
-# Each half travels with the working tree, which must stay under the 64 MiB per call.
-# Wheels added later travel as wheels in .gpu/b/extra (`gpu_pack.sh extra` adds them to an
-# existing pack without rebuilding the archive; `gpu_session.sh install` installs them).
+# site tree, as one xz archive (~91 MB) split into three parts: .gpu/a/part.00,
+# .gpu/b/part.01, .gpu/c/part.02 (+ .gpu/c/site.sha256). Each part travels alone with the
+# working tree (~26 MB with the bundled model pair), and the two must stay under the
+# 64 MiB a call carries: the split checks that. Wheels added later travel as wheels in
+# .gpu/c/extra, with the last part (`gpu_pack.sh extra` adds them to an existing pack
+# without rebuilding the archive; `gpu_pack.sh split` re-splits an existing
+# .gpu/site.tar.xz; `gpu_session.sh install` installs them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 G=.gpu; mkdir -p $G/wheel $G/deps
@@ -16,10 +19,11 @@ PLAT=(--python-version 3.12 --implementation cp --only-binary=:all: --platform a
 # vLLM's CLI and OpenAI server (`vllm serve`, for benchmarks/serve_compare.py) import these
 # SageMaker hooks; pure Python, ~150 KB.
 EXTRA=(model-hosting-container-standards==0.1.16 jmespath supervisor)
+if [ "${1:-}" != split ]; then  # split: no downloads, the archive and $G/extra exist
 rm -rf $G/extra && mkdir -p $G/extra
 for d in "${EXTRA[@]}"; do pip download -q --no-deps "${PLAT[@]}" -d $G/extra "$d"; done
 if [ "${1:-}" = extra ]; then
-  mkdir -p $G/b && rm -rf $G/b/extra && cp -r $G/extra $G/b/extra && du -b $G/b/extra/*
+  mkdir -p $G/c && rm -rf $G/c/extra && cp -r $G/extra $G/c/extra && du -b $G/c/extra/*
   exit 0
 fi
 pip download -q --no-deps vllm==0.26.0 -d $G/wheel
@@ -40,8 +44,16 @@ rm -rf $G/bundle/vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so $G/bundle/vllm/vllm-rs
   $G/bundle/vllm/third_party/deep_gemm/include
 find $G/bundle/vllm -name '*cpython-31[0134]*' -delete
 tar c -C $G/bundle . | xz -9 -T0 > $G/site.tar.xz
-rm -rf $G/a $G/b && mkdir -p $G/a $G/b
-half=$(( ($(stat -c %s $G/site.tar.xz) + 1) / 2 ))
-split -b "$half" -d $G/site.tar.xz $G/part.
-mv $G/part.00 $G/a/ && mv $G/part.01 $G/b/ && cp -r $G/extra $G/b/extra
-du -b $G/a/* $G/b/* $G/b/extra/*
+fi
+rm -rf $G/a $G/b $G/c && mkdir -p $G/a $G/b $G/c
+third=$(( ($(stat -c %s $G/site.tar.xz) + 2) / 3 ))
+# The working tree travels with every part (untracked files too, unless ignored).
+tree=$(git ls-files -co --exclude-standard -z | du -cb --files0-from=- | tail -1 | cut -f1)
+if (( tree + third + (1 << 20) > 64 << 20 )); then
+  echo "a part ($third B) + the working tree ($tree B) exceed the 64 MiB a call carries" >&2
+  exit 3
+fi
+split -b "$third" -d $G/site.tar.xz $G/part.
+mv $G/part.00 $G/a/ && mv $G/part.01 $G/b/ && mv $G/part.02 $G/c/ && cp -r $G/extra $G/c/extra
+sha256sum < $G/site.tar.xz | cut -d' ' -f1 > $G/c/site.sha256
+du -b $G/a/* $G/b/* $G/c/* $G/c/extra/*; echo "working tree: $tree B"

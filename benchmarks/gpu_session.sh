@@ -2,15 +2,19 @@
 # The one device script of every GPU benchmark (H200: torch 2.11, no vLLM, no network).
 # What the machine lacks is carried as one xz archive made here by benchmarks/gpu_pack.sh
 # (vLLM 0.26.0 trimmed to a dense Llama on Hopper + its missing py3.12 dependencies, one
-# site tree), split in two halves, .gpu/a and .gpu/b, each under the 64 MiB a call carries.
+# site tree), split in three parts, .gpu/a, .gpu/b and .gpu/c: one part + the working tree
+# (with the bundled pair) stay under the 64 MiB a call carries, two would not.
 # One call per step, one after another on one warm machine (it keeps files between calls;
 # if it went cold, start again at `stash`):
 #
-#   gpu_session.sh stash          (carry .gpu/a) first half -> /root/stash. With
-#                                 PAIR_PRESET=h200-150m it also starts building that model
-#                                 pair (models/build_pair.py, torch only) in the background
-#   gpu_session.sh install        (carry .gpu/b) unpack both halves into /tmp/site, install
-#                                 the wheels in .gpu/b/extra (gpu_pack.sh extra); install
+#   gpu_session.sh stash          (carry .gpu/a), then again (carry .gpu/b): the carried
+#                                 part -> /root/stash. With PAIR_PRESET=h200-150m the first
+#                                 call also starts building that model pair
+#                                 (models/build_pair.py, torch only) in the background
+#   gpu_session.sh install        (carry .gpu/c) the last part: check the three against the
+#                                 archive's sha256 (a missing stash call is named, not
+#                                 unpacked), unpack into /tmp/site, install
+#                                 the wheels in .gpu/c/extra (gpu_pack.sh extra); install
 #                                 specgw's metadata (vllm.general_plugins entry point) and
 #                                 tests/seed_bug_plugin if present (pip --no-deps --target);
 #                                 check the imports
@@ -33,7 +37,8 @@ STASH=/root/stash SITE=/tmp/site
 PAIR=${PAIR:-/root/pair-150m}
 case "${1:-}" in
 stash)
-  mkdir -p "$STASH" && cp .gpu/a/part.* "$STASH"/ && ls -la "$STASH"
+  compgen -G ".gpu/*/part.*" >/dev/null || { echo "stash: carry .gpu/a or .gpu/b"; exit 2; }
+  mkdir -p "$STASH" && cp .gpu/*/part.* "$STASH"/ && ls -la "$STASH"
   if [ -n "${PAIR_PRESET:-}" ] && [ ! -f "$PAIR/build_info.json" ] \
       && ! pgrep -f build_pair.py >/dev/null; then
     # A private copy: the working tree is replaced by the next call's.
@@ -48,11 +53,16 @@ stash)
 install)
   mkdir -p "$SITE"
   if [ ! -f "$SITE/.unpacked" ]; then
-    cat "$STASH"/part.* .gpu/b/part.* | xz -d -T16 | tar x -C "$SITE" && touch "$SITE/.unpacked"
+    mkdir -p "$STASH" && cp .gpu/c/part.* "$STASH"/
+    if [ "$(cat "$STASH"/part.* | sha256sum | cut -d' ' -f1)" != "$(cat .gpu/c/site.sha256)" ]; then
+      echo "install: the stash is not the whole archive (has: $(ls "$STASH" | xargs)); stash a and b first"
+      exit 3
+    fi
+    cat "$STASH"/part.* | xz -d -T16 | tar x -C "$SITE" && touch "$SITE/.unpacked"
   fi
-  if compgen -G ".gpu/b/extra/*.whl" >/dev/null; then
+  if compgen -G ".gpu/c/extra/*.whl" >/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" \
-      .gpu/b/extra/*.whl 2>&1 | grep -v WARN | tail -3
+      .gpu/c/extra/*.whl 2>&1 | grep -v WARN | tail -3
   fi
   # Metadata only (entry points resolve by module name); the code itself is imported from
   # the working tree, first on PYTHONPATH.

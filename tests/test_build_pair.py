@@ -1,6 +1,7 @@
-"""models/build_pair.py end to end at toy size: the code path of the GPU preset (whole
-stdlib corpus, reused tokenizer, 12 layers with aux layers 2/6/9) runs on the CPU, writes
-a pair vLLM's loaders accept, and is deterministic."""
+"""models/build_pair.py end to end at toy size: the code paths of the GPU presets (whole
+stdlib corpus, reused tokenizer; h200-150m's 12 layers with aux layers 2/6/9;
+h200-small's chat examples, held-out loss and wall-clock guards) run on the CPU, write
+a pair vLLM's loaders accept, and are deterministic."""
 
 from __future__ import annotations
 
@@ -19,11 +20,13 @@ import build_pair  # noqa: E402
 TOKENIZER = ROOT / "models" / "tiny-code-llama" / "target" / "tokenizer.json"
 
 
-def build(out: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def build(out: Path, monkeypatch: pytest.MonkeyPatch, preset: str = "h200-150m",
+          **changes) -> None:
     toy = dataclasses.replace(
-        build_pair.PRESETS["h200-150m"], hidden_size=32, intermediate_size=64, num_heads=2,
-        seq_len=32, batch_size=2, target_steps=2, head_steps=2, max_corpus_bytes=300_000,
-        threads=1, device="cpu")
+        build_pair.PRESETS[preset], **{
+            "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "seq_len": 32,
+            "batch_size": 2, "target_steps": 2, "head_steps": 2, "max_corpus_bytes": 300_000,
+            "threads": 1, "device": "cpu", **changes})
     monkeypatch.setitem(build_pair.PRESETS, "toy", toy)
     monkeypatch.setattr(sys, "argv", ["build_pair.py", "--preset", "toy", "--out", str(out),
                                       "--tokenizer", str(TOKENIZER)])
@@ -55,11 +58,74 @@ def test_gpu_preset_code_path_builds_a_loadable_deterministic_pair(tmp_path, mon
     assert (tmp_path / "a" / "target" / "tokenizer.json").read_text() == TOKENIZER.read_text()
 
 
+def test_small_gpu_preset_code_path_adds_chat_examples_and_a_held_out_loss(
+        tmp_path, monkeypatch):
+    from transformers import AutoTokenizer
+
+    for name in ("a", "b"):
+        build(tmp_path / name, monkeypatch, preset="h200-small", chat_examples=50,
+              val_tokens=500, threads=2)
+    assert digest(tmp_path / "a") == digest(tmp_path / "b")
+    info = json.loads((tmp_path / "a" / "build_info.json").read_text())
+    assert info["chat_examples"] == 50 and info["config"]["aux_layers"] == [1, 2, 3]
+    assert info["target"]["steps_done"] == 2 and info["head"]["steps_done"] == 2
+    assert info["target"]["eval_loss"] > 0
+
+    # The transcripts the target trains on are what the served chat template renders.
+    tok = AutoTokenizer.from_pretrained(tmp_path / "a" / "target")
+    texts, _ = build_pair.load_corpus(300_000, "stdlib-all")
+    chat = build_pair.chat_examples(texts, 1, seed=4)[0]
+    user = chat.split("<|user|>\n", 1)[1].split("\n<|assistant|>", 1)[0]
+    prompt = tok.apply_chat_template([{"role": "user", "content": user}], tokenize=False,
+                                     add_generation_prompt=True)
+    assert chat.replace(f"<|system|>\n{build_pair.SYSTEM_PROMPT}\n", "").startswith(prompt)
+    ids = tok(chat, add_special_tokens=False).input_ids
+    assert ids[0] == tok.bos_token_id and ids[-1] == tok.eos_token_id
+    # A tools list renders (Hermes style) without disturbing the turns after it.
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {}}}]
+    with_tools = tok.apply_chat_template([{"role": "user", "content": user}], tools=tools,
+                                         tokenize=False, add_generation_prompt=True)
+    assert '"name": "lookup"' in with_tools and with_tools.endswith(prompt.removeprefix(
+        "<|bos|>"))
+
+
 def test_presets_keep_the_bundled_pair_reproducible():
     # The committed pair was built with these; changing them silently would make
     # models/build_info.json lie about how to rebuild it.
     recorded = json.loads((ROOT / "models" / "tiny-code-llama" / "build_info.json").read_text())
-    bundled = dataclasses.asdict(build_pair.PRESETS["bundled"])
+    preset = dataclasses.asdict(build_pair.PRESETS[recorded.get("preset", "cpu-5m")])
     for key, value in recorded["config"].items():
-        assert bundled[key] == (tuple(value) if isinstance(value, list) else value), key
-    assert bundled["device"] == "cpu" and bundled["corpus"] == "stdlib-top"
+        assert preset[key] == (tuple(value) if isinstance(value, list) else value), key
+    assert build_pair.PRESETS["cpu-5m"].device == "cpu"
+
+
+def test_site_corpus_takes_only_permissively_licensed_packages():
+    import importlib.metadata as md
+
+    names = {n.split("/")[1] for n, _ in build_pair.site_files()}
+    licences = {(d.metadata["Name"] or "").lower(): d for d in md.distributions()}
+    assert names and all(build_pair.permissive(licences[n]) for n in names)
+    # httpx (BSD-3-Clause), jinja2 (a BSD classifier only) and certifi (MPL-2.0, a
+    # dependency of httpx) are installed wherever the gateway is.
+    assert "httpx" in names and "jinja2" in names and "certifi" not in names
+    texts, _ = build_pair.load_corpus(400_000_000, "stdlib+site", package_max_bytes=50_000)
+    stdlib, _ = build_pair.load_corpus(400_000_000, "stdlib-all")
+    assert texts[: len(stdlib)] == stdlib and len(texts) > len(stdlib)
+
+
+def test_line_split_sources_teach_the_lone_newline_before_an_indented_line():
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(TOKENIZER))
+    texts = [f"def f{i}(x):\n    return x + {i}\n" for i in range(40)]
+    cfg = dataclasses.replace(build_pair.PRESETS["h200-code"], split_lines_share=0.5)
+    docs = build_pair.encode_sources(tok, texts, cfg)
+    eos, newline = tok.token_to_id("<|eos|>"), tok.token_to_id("Ċ")
+    assert all(d[-1] == eos and tok.decode(d[:-1]) == t for d, t in zip(docs, texts,
+                                                                         strict=True))
+    split = [newline in d[:-2] for d in docs]  # a lone newline inside the file
+    assert 0 < sum(split) < len(docs)
+    assert docs == build_pair.encode_sources(tok, texts, cfg)  # seeded
+    whole = dataclasses.replace(cfg, split_lines_share=0.0)
+    assert build_pair.encode_sources(tok, texts, whole) == [
+        [*e.ids, eos] for e in tok.encode_batch(texts)]
