@@ -19,9 +19,11 @@ def register() -> None:
     from engine_ext.internals import table_for
 
     table = table_for()
-    from engine_ext import sampler_guard
+    from engine_ext import sampler_fixes
+    from engine_ext.engine import detect_device
 
-    sampler_guard.install(table)  # a bug fix, not a probe: on whatever SPECGW_PROBES says
+    # Bug fixes, not probes: on whatever SPECGW_PROBES says.
+    sampler_fixes.install(table, detect_device())
     if os.environ.get("SPECGW_PROBES", "1") == "0":
         log.info("specgw probes disabled by SPECGW_PROBES=0")
     else:

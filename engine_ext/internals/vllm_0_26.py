@@ -36,6 +36,7 @@ TABLE = InternalsTable(
     client_error_class=None,
     spec_metrics_output_attr=None,
     spec_metrics_engine_arg=None,
+    cpu_expand_fn=None,  # a CUDA build: the Triton expand kernel, no CPU stand-in
     # ---- `vllm serve` + plugin
     endpoint_plugin_protocol=("vllm.plugins.endpoint_plugins.interface", "EndpointPlugin"),
     engine_client_core_attr="engine_core",
