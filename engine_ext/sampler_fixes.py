@@ -39,6 +39,22 @@ def expand(output: Any, input: Any, cu_num_tokens: Any, replace_from: Any,
     output[:n].copy_(torch.repeat_interleave(vals, counts, output_size=n))
 
 
+class _Expand:
+    """Stands in for vLLM's kernel dispatcher: calls go to :func:`expand`, everything
+    else (``register_warmup`` at runner init, ...) to the dispatcher it replaces."""
+
+    _specgw_fixed = True
+
+    def __init__(self, original: Any):
+        self._original = original
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        expand(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._original, name)
+
+
 def _skip_empty(original: Any) -> Any:
     @functools.wraps(original)
     def guarded(logits: Any, *args: Any, **kwargs: Any) -> Any:
@@ -64,13 +80,8 @@ def install(table: InternalsTable, device: str) -> list[str]:
     done = []
     if table.empty_batch_sampler_fn and _replace(table.empty_batch_sampler_fn, _skip_empty):
         done.append(".".join(table.empty_batch_sampler_fn))
-    if device == "cpu" and table.cpu_expand_fn:
-        def fixed(_original: Any) -> Any:
-            expand._specgw_fixed = True  # type: ignore[attr-defined]
-            return expand
-
-        if _replace(table.cpu_expand_fn, fixed):
-            done.append(".".join(table.cpu_expand_fn))
+    if device == "cpu" and table.cpu_expand_fn and _replace(table.cpu_expand_fn, _Expand):
+        done.append(".".join(table.cpu_expand_fn))
     if done:
         log.info("specgw sampler fixes installed: %s", ", ".join(done))
     return done
