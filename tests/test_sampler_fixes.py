@@ -29,6 +29,7 @@ def test_installed_fixes_make_vllms_expansion_right_on_cpu():
     empty = torch.empty((0, 8))
     assert rs.apply_top_k_top_p(empty, torch.empty(0, dtype=torch.int32), None) is empty
     assert sampler_fixes.install(table_for(), "cpu") == []  # idempotent
+    assert callable(rs._expand.register_warmup)  # the runner's init still finds it
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int32])
