@@ -22,17 +22,28 @@ from benchmarks.harness import (  # noqa: F401
 )
 
 
+def ready_until_teardown(srv: Server) -> Iterator[Server]:
+    """A session fixture's body: ready before the first test, stopped after the last."""
+    try:
+        srv.wait_ready()
+        yield srv
+    finally:
+        srv.stop()
+
+
+def openai_client(url: str):
+    from openai import OpenAI
+
+    return OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120)
+
+
 @pytest.fixture(scope="session")
 def server() -> Iterator[Server]:
     # The default poll interval: /metrics refreshes the probes at scrape time anyway, and
     # every collective_rpc keeps vLLM's CPU worker busy-polling its shared-memory queue for
     # 1 s afterwards (a whole core at a 1 s interval, starving the TP=2 test's rank 0).
     srv = Server("gateway", ["--log-format", "text", "--poll-interval", "5"])
-    try:
-        srv.wait_ready()
-        yield srv
-    finally:
-        srv.stop()
+    yield from ready_until_teardown(srv)
 
 
 @pytest.fixture(scope="session")
@@ -42,9 +53,7 @@ def base_url(server: Server) -> str:
 
 @pytest.fixture(scope="session")
 def client(base_url: str):
-    from openai import OpenAI
-
-    return OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0, timeout=120)
+    return openai_client(base_url)
 
 
 @pytest.fixture(scope="session")
@@ -56,11 +65,7 @@ def vllm_serve() -> Iterator[Server]:
     # vllm serve wants the model first, so the port goes last.
     srv = Server("vllm-serve", [*plugin_serve_args(), "--port", "{port}"], plugin_serve_env(),
                  cmd=serve_command(), ready_path="/health")
-    try:
-        srv.wait_ready()
-        yield srv
-    finally:
-        srv.stop()
+    yield from ready_until_teardown(srv)
 
 
 def assert_cpu_self_check(sc: dict, k: int) -> None:
@@ -89,16 +94,9 @@ def tools_server() -> Iterator[Server]:
         "--log-format", "json", "--model", str(ROOT / "tests" / "models" / "tiny-tools"),
         "--served-model-name", TOOLS_MODEL, "--tool-call-parser", "hermes",
         "--per-request-spec-metrics"])
-    try:
-        srv.wait_ready()
-        yield srv
-    finally:
-        srv.stop()
+    yield from ready_until_teardown(srv)
 
 
 @pytest.fixture(scope="session")
 def tools_client(tools_server: Server):
-    from openai import OpenAI
-
-    return OpenAI(base_url=f"{tools_server.url}/v1", api_key="unused", max_retries=0,
-                  timeout=120)
+    return openai_client(tools_server.url)
