@@ -136,14 +136,19 @@ class RemoteBackend:
 
     # ------------------------------------------------------------ proxy
     async def handle(self, ctx: RequestContext) -> Response:
-        resp, chunks = await self.open(ctx.http.url.path, await ctx.http.json(),
-                                       {"x-request-id": ctx.request_id})
+        resp, chunks, hold = await self.open(ctx.http.url.path, await ctx.http.json(),
+                                             {"x-request-id": ctx.request_id})
         ctx.started()
         status = resp.status_code
         headers = {"x-backend": self.name}
         if ctx.stream and status == 200:
-            return SSEResponse(_relay_stream(chunks, ctx), headers=headers,
-                               on_close=lambda: ctx.finish(499))
+            async def closed() -> None:
+                # A client gone before the first byte: the relay never started, so its
+                # own cleanup cannot run; settle both sides here (no-ops otherwise).
+                ctx.finish(499)
+                await hold.release("client_closed")
+
+            return SSEResponse(_relay_stream(chunks, ctx), headers=headers, on_close=closed)
         try:
             content = b"".join([c async for c in chunks])
         except Exception as exc:
@@ -154,7 +159,7 @@ class RemoteBackend:
                         media_type=resp.headers.get("content-type", "application/json"))
 
     async def open(self, path: str, body: dict, headers: dict[str, str]
-                   ) -> tuple[httpx.Response, AsyncIterator[bytes]]:
+                   ) -> tuple[httpx.Response, AsyncIterator[bytes], _Hold]:
         """Send the request; return once the backend answered with its status line.
         Raises BackendUnavailable for connection errors and 5xx before any byte."""
         t0 = time.perf_counter()
@@ -172,9 +177,10 @@ class RemoteBackend:
             self._done(t0, str(resp.status_code))
             self._failed(f"HTTP {resp.status_code}")
             raise BackendUnavailable(f"{self.name}: HTTP {resp.status_code}")
-        return resp, self._relay(resp, t0)
+        hold = _Hold(self, resp, t0)
+        return resp, self._relay(resp, hold), hold
 
-    async def _relay(self, resp: httpx.Response, t0: float) -> AsyncIterator[bytes]:
+    async def _relay(self, resp: httpx.Response, hold: _Hold) -> AsyncIterator[bytes]:
         status = str(resp.status_code)
         try:
             async for chunk in resp.aiter_raw():
@@ -185,15 +191,30 @@ class RemoteBackend:
             self._failed(type(exc).__name__)
             raise
         finally:
-            with contextlib.suppress(Exception):
-                await resp.aclose()
-            self._done(t0, status)
+            await hold.release(status)
 
     def _done(self, t0: float, status: str) -> None:
         self.outstanding -= 1
         m.BACKEND_IN_FLIGHT.labels(self.name).dec()
         m.BACKEND_REQUESTS.labels(self.name, status).inc()
         m.BACKEND_LATENCY.labels(self.name).observe(time.perf_counter() - t0)
+
+
+class _Hold:
+    """One request's hold on a backend (its response and in-flight count), released
+    exactly once, by the relay when it ran or by the stream's close when it never did."""
+
+    def __init__(self, backend: RemoteBackend, resp: httpx.Response, t0: float):
+        self.backend, self.resp, self.t0 = backend, resp, t0
+        self.released = False
+
+    async def release(self, status: str) -> None:
+        if self.released:
+            return
+        self.released = True
+        with contextlib.suppress(Exception):
+            await self.resp.aclose()
+        self.backend._done(self.t0, status)
 
 
 def _interrupted(message: str) -> bytes:

@@ -10,8 +10,9 @@ would not run).
 
 from __future__ import annotations
 
+import inspect
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
@@ -34,7 +35,7 @@ class SSEResponse(StreamingResponse):
     media_type = "text/event-stream"
 
     def __init__(self, content, headers: dict[str, str] | None = None,
-                 on_close: Callable[[], None] | None = None):
+                 on_close: Callable[[], Awaitable[None] | None] | None = None):
         super().__init__(content, headers={**SSE_HEADERS, **(headers or {})})
         self.on_close = on_close
 
@@ -46,4 +47,6 @@ class SSEResponse(StreamingResponse):
             if aclose is not None:
                 await aclose()
             if self.on_close is not None:
-                self.on_close()
+                done = self.on_close()
+                if inspect.isawaitable(done):
+                    await done
