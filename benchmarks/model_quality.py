@@ -30,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import httpx
 from tqdm import tqdm
 
 from benchmarks.harness import MODEL, ROOT, Server, acceptance, scrape
@@ -185,6 +186,9 @@ def measure(label: str, pair: Path, source: str) -> dict:
     try:
         srv.wait_ready()
         start_s = time.perf_counter() - t0
+        # What the engine's workers run instead of vLLM's own kernels (self-check).
+        fixes = httpx.get(f"{srv.url}/v1/engine/self_check", timeout=30).json()[
+            "ranks"][0].get("sampler_fixes", [])
         c = OpenAI(base_url=f"{srv.url}/v1", api_key="x", max_retries=0, timeout=600)
         c.completions.create(model=MODEL, prompt="def warmup():", max_tokens=16)
         accept = [acceptance_pass(c, srv.url, t) for t in (0.0, 1.0)]
@@ -199,6 +203,7 @@ def measure(label: str, pair: Path, source: str) -> dict:
             "target_final_loss": info.get("target_final_loss"),
             "target_eval_loss": info.get("target", {}).get("eval_loss"),
             "start_s": round(start_s, 1), "acceptance": accept, "parse": parse, "chat": chat,
+            "sampler_fixes": fixes,
             "measured": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
 
 
@@ -385,6 +390,13 @@ def main() -> None:
     # Same vLLM install as the measuring run: the probe's answer does not change.
     if "cpu_temperature_applied" not in data["meta"]:
         data["meta"]["cpu_temperature_applied"] = cpu_temperature_applied()
+    # vLLM's kernel broken, but every measured engine ran specgw's replacement
+    # (engine_ext/sampler_fixes.py): temperatures were applied.
+    if data["meta"]["cpu_temperature_applied"] is False and data["results"] and all(
+            any(f.endswith("._expand") for f in r.get("sampler_fixes", []))
+            for r in data["results"].values()):
+        data["meta"]["cpu_temperature_applied"] = True
+        data["meta"]["cpu_temperature_applied_by"] = "engine_ext/sampler_fixes.py"
     base = data["results"].get(a.baseline) if a.baseline else None
     data["verdicts"] = {label: verdicts(r, base) for label, r in data["results"].items()}
     data["ranking"] = ranking(data["results"], a.baseline)
