@@ -3,7 +3,7 @@ version range (see ``vllm_0_26.py`` and ``vllm_0_27_0_32.py``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -155,22 +155,28 @@ class InternalsTable:
             obj = getattr(obj, a)
         return obj
 
-    # ---- `vllm serve` + plugin (engine_ext.endpoint_plugin / engine_ext.collector).
+    # ---- `vllm serve` + plugin (engine_ext.endpoint_plugin / engine_ext.collector); the
+    # same names in 0.26-0.32 (checked in both by tests/test_version_guard.py).
     # The front-end protocol our endpoint plugin implements (attach_router, init_state).
-    endpoint_plugin_protocol: tuple[str, str] = field(kw_only=True)
+    endpoint_plugin_protocol: tuple[str, str] = (
+        "vllm.plugins.endpoint_plugins.interface", "EndpointPlugin")
     # EngineClient (AsyncLLM) -> its engine-core client, which lists one identity per
     # data-parallel engine and calls a utility on one of them. vLLM's own collective_rpc
     # returns engine 0's workers only under DP, so the collector calls every engine.
-    engine_client_core_attr: str = field(kw_only=True)
-    core_client_class: tuple[str, str] = field(kw_only=True)
-    core_engines_attr: str = field(kw_only=True)
-    core_utility_method: str = field(kw_only=True)
+    engine_client_core_attr: str = "engine_core"
+    core_client_class: tuple[str, str] = ("vllm.v1.engine.core_client", "AsyncMPClient")
+    core_engines_attr: str = "core_engines"
+    core_utility_method: str = "_call_utility_async"
     # Where the running config names the worker extension (checked before any RPC).
-    worker_extension_config: tuple[str, str] = field(kw_only=True)
+    worker_extension_config: tuple[str, str] = ("parallel_config", "worker_extension_cls")
     # The registry vLLM's /metrics serves (a multiprocess one with several API servers).
-    prometheus_registry_fn: tuple[str, str] = field(kw_only=True)
+    prometheus_registry_fn: tuple[str, str] = (
+        "vllm.v1.metrics.prometheus", "get_prometheus_registry")
     # vLLM's own Prometheus families our derived series are computed from.
-    vllm_metric_names: tuple[str, ...] = field(kw_only=True)
+    vllm_metric_names: tuple[str, ...] = (
+        "vllm:generation_tokens", "vllm:prompt_tokens", "vllm:spec_decode_num_drafts",
+        "vllm:spec_decode_num_accepted_tokens", "vllm:spec_decode_num_accepted_tokens_per_pos",
+    )
 
     def resolve_all(self) -> dict[str, bool]:
         """Which named internals exist in the installed vLLM (for the version guard)."""

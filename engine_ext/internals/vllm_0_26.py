@@ -37,16 +37,5 @@ TABLE = InternalsTable(
     spec_metrics_output_attr=None,
     spec_metrics_engine_arg=None,
     cpu_expand_fn=None,  # a CUDA build: the Triton expand kernel, no CPU stand-in
-    # ---- `vllm serve` + plugin
-    endpoint_plugin_protocol=("vllm.plugins.endpoint_plugins.interface", "EndpointPlugin"),
-    engine_client_core_attr="engine_core",
-    core_client_class=("vllm.v1.engine.core_client", "AsyncMPClient"),
-    core_engines_attr="core_engines",
-    core_utility_method="_call_utility_async",
-    worker_extension_config=("parallel_config", "worker_extension_cls"),
-    prometheus_registry_fn=("vllm.v1.metrics.prometheus", "get_prometheus_registry"),
-    vllm_metric_names=(
-        "vllm:generation_tokens", "vllm:prompt_tokens", "vllm:spec_decode_num_drafts",
-        "vllm:spec_decode_num_accepted_tokens", "vllm:spec_decode_num_accepted_tokens_per_pos",
-    ),
+    # ---- `vllm serve` + plugin: the InternalsTable defaults.
 )

@@ -33,16 +33,5 @@ TABLE = InternalsTable(
     v2_fused_decode_method="_fused_multi_step_decode",
     # compiled drafters / worker inspection, OpenAI layer: the InternalsTable
     # defaults (checked against the installed vLLM by tests/test_version_guard.py).
-    # ---- `vllm serve` + plugin
-    endpoint_plugin_protocol=("vllm.plugins.endpoint_plugins.interface", "EndpointPlugin"),
-    engine_client_core_attr="engine_core",
-    core_client_class=("vllm.v1.engine.core_client", "AsyncMPClient"),
-    core_engines_attr="core_engines",
-    core_utility_method="_call_utility_async",
-    worker_extension_config=("parallel_config", "worker_extension_cls"),
-    prometheus_registry_fn=("vllm.v1.metrics.prometheus", "get_prometheus_registry"),
-    vllm_metric_names=(
-        "vllm:generation_tokens", "vllm:prompt_tokens", "vllm:spec_decode_num_drafts",
-        "vllm:spec_decode_num_accepted_tokens", "vllm:spec_decode_num_accepted_tokens_per_pos",
-    ),
+    # ---- `vllm serve` + plugin: the InternalsTable defaults.
 )
