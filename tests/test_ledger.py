@@ -43,13 +43,19 @@ def test_suppressed_runs_are_not_counted_but_captures_are():
     assert snap["unattributed_replays"] == 0
 
 
-def test_fused_multi_step_graph_counts_k_minus_1_forwards():
+def fused_propose(steps: int) -> Ledger:
+    """One propose: a FULL first pass, then one fused graph replay covering ``steps``."""
     lg = Ledger()
     with lg.propose():
         with lg.forward("draft", "full"):
             lg.on_replay()
-        with lg.covering(3), lg.forward("draft", "full", weight=lg.fused_steps or 1):
+        with lg.covering(steps), lg.forward("draft", "full", weight=lg.fused_steps or 1):
             lg.on_replay()
+    return lg
+
+
+def test_fused_multi_step_graph_counts_k_minus_1_forwards():
+    lg = fused_propose(3)
     c = counts(lg)
     assert c[("draft", "first_pass", "full", "graph")] == 1
     assert c[("draft", "draft_step", "full", "graph")] == 3
@@ -142,12 +148,7 @@ def test_unknown_label_is_never_a_hit():
 
 
 def test_fused_graph_pieces_weighted_by_steps():
-    lg = Ledger()
-    with lg.propose():
-        with lg.forward("draft", "full"):
-            lg.on_replay()
-        with lg.covering(3), lg.forward("draft", "full", weight=lg.fused_steps or 1):
-            lg.on_replay()
+    lg = fused_propose(3)
     assert pieces(lg) == {("draft", "first_pass"): (1, 1), ("draft", "draft_step"): (3, 3)}
 
 
