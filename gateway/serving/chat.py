@@ -38,10 +38,9 @@ class ChatServing(OpenAIServing):
         plan = plan_tools(req, self._tool_extractor())
         structured = (plan.structured_outputs() if plan
                       else structured_outputs(req.response_format))
-        tools = ([t.model_dump(exclude_none=True) for t in req.tools]
-                 if req.tools and req.tool_choice != "none" else None)
         try:
-            text = tok.apply_chat_template(messages, tools=tools, tokenize=False,
+            text = tok.apply_chat_template(messages, tools=plan.tools if plan else None,
+                                           tokenize=False,
                                            add_generation_prompt=True)
         except Exception as exc:  # template errors are the caller's messages' fault
             raise invalid(f"could not apply the chat template: {exc}", param="messages") from exc
