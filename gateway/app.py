@@ -93,10 +93,11 @@ async def lifespan(app: FastAPI):
 
 
 def freeze_startup_heap() -> None:
-    """Move everything alive after start-up (torch, vLLM, tokenizer: ~600k objects) out of
-    the collector's reach, as ``vllm serve`` does (``freeze_gc_heap``). Otherwise every
-    full collection while serving walks that heap: 430-470 ms measured here, and the
-    H200 runs showed 0.5-0.8 s TTFT tails only on specgw serve (docs/serve_compare.md)."""
+    """Move everything alive after start-up (torch, vLLM, tokenizer: hundreds of
+    thousands of objects) out of the collector's reach, as ``vllm serve`` does
+    (``freeze_gc_heap``). Otherwise every full collection while serving walks that heap,
+    a stall in the event loop; a suspect (not established) for the TTFT tails only
+    specgw serve showed on the H200 (docs/serve_compare.md)."""
     gc.collect()
     gc.freeze()
     log.info("froze %d start-up objects out of the garbage collector", gc.get_freeze_count())
