@@ -19,7 +19,7 @@ probes, counter deltas), and the serving process's CPU time per output token. Th
 ``--latency-pairs`` sequential single requests alternate direct/gateway for the added
 per-request latency.
 
-Results: ``bench_<config>_k<k>.json``; ``gpu_bench_report.py`` builds docs/benchmarks.md.
+Results: ``bench_<config>_k<k>.json``; ``gpu_bench_report.py`` builds docs/gpu_bench.md.
 Usage (device): ``benchmarks/gpu_session.sh job benchmarks/gpu_bench.py --pair DIR --jobs
 no-spec:0,v1-piecewise:3,...``. Here: ``python -m benchmarks.gpu_bench``; it also runs on
 the CPU engine (``--batches 1,4 --max-tokens 32``), which is how it was checked.

@@ -1,4 +1,4 @@
-"""``bench_*.json`` from ``gpu_bench.py`` -> ``docs/benchmarks.md``: setup, findings, the
+"""``bench_*.json`` from ``gpu_bench.py`` -> ``docs/gpu_bench.md``: setup, findings, the
 targets of the benchmark issue and what was not reached, then the full tables. Every
 number and verdict in the generated prose is computed here from the raw JSON (the hand
 written ``--header``/``--footer`` carry no measured numbers). Every ratio divides two
@@ -421,7 +421,7 @@ def tables(runs: Runs) -> list[str]:
 def main(argv: Iterable[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--src", type=Path, default=Path("docs/gpu/h200-150m"))
-    ap.add_argument("--out", type=Path, default=Path("docs/benchmarks.md"))
+    ap.add_argument("--out", type=Path, default=Path("docs/gpu_bench.md"))
     ap.add_argument("--header", type=Path, help="hand-written markdown put first")
     ap.add_argument("--footer", type=Path, help="hand-written markdown put last")
     a = ap.parse_args(argv)

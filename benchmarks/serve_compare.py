@@ -12,6 +12,19 @@ Servers (``--variants``, any subset; each a real process on 127.0.0.1):
                         only, no engine of its own): router overhead vs ``vllm``
 * ``specgw-defaults`` / ``vllm-defaults``  each server with only model, draft and k given
 
+Speculation against none, and the drafter's graphs against an eager drafter (issue #14's
+"target big enough for speculation to pay"; run with ``--pair`` on the device-built 1 B
+pair), all stock ``vllm serve`` with the same engine configuration:
+
+* ``vllm-nospec``          without ``--speculative-config``: speculation vs none
+* ``vllm-v1-piecewise``    runner V1 (``VLLM_USE_V2_MODEL_RUNNER=0``) with specgw's plugin
+                           (``VLLM_PLUGINS``, worker extension): its compiled drafter runs
+                           the piecewise graphs vLLM dispatches, and its probes count them
+* ``vllm-v1-eager-draft``  the same with ``speculative_config.enforce_eager``
+
+``--only VARIANT=C1,C2`` runs a variant at those concurrencies only (the drafter pair at
+batch 1 and 32, as the issue asks, to fit the device session).
+
 Same engine configuration (``engine_config()``, recorded in ``servers.json`` with each
 server's own "with config:" log line as evidence): model, draft, method, k, max_num_seqs,
 max_model_len, seed, dtype, max_num_batched_tokens (2048: what specgw's in-process
@@ -47,11 +60,21 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.harness import ROOT, Server, acceptance, scrape, vllm_serve_cmd
+from benchmarks.harness import (
+    ROOT,
+    Samples,
+    Server,
+    acceptance,
+    metric_sum,
+    scrape,
+    vllm_serve_cmd,
+)
 
 SERVED = "bench"
 VARIANTS = ("specgw", "vllm", "specgw-probes-off", "specgw-poll-1s", "router",
-            "specgw-defaults", "vllm-defaults")
+            "specgw-defaults", "vllm-defaults", "vllm-nospec", "vllm-v1-piecewise",
+            "vllm-v1-eager-draft")
+V1_PLUGIN = ("vllm-v1-piecewise", "vllm-v1-eager-draft")
 BUNDLED = ROOT / "models" / "tiny-code-llama"
 # Fields of each vllm bench serve result kept per run (the per-request lists are not).
 KEEP = ("duration", "completed", "failed", "total_input_tokens", "total_output_tokens",
@@ -91,10 +114,18 @@ def engine_config(a: argparse.Namespace, dev: str) -> dict:
     }
 
 
-def vllm_flags(cfg: dict, same: bool) -> list[str]:
-    flags = ["--model", cfg["model"], "--served-model-name", SERVED,
-             "--speculative-config", json.dumps(cfg["speculative_config"]), "--port", "{port}",
+def vllm_flags(cfg: dict, same: bool, variant: str = "vllm") -> list[str]:
+    flags = ["--model", cfg["model"], "--served-model-name", SERVED, "--port", "{port}",
              "--host", "127.0.0.1", "--seed", str(cfg["seed"])]
+    if variant != "vllm-nospec":
+        spec = dict(cfg["speculative_config"])
+        if variant == "vllm-v1-eager-draft":
+            spec["enforce_eager"] = True
+        flags += ["--speculative-config", json.dumps(spec)]
+    if variant in V1_PLUGIN:
+        from engine_ext.engine import WORKER_EXTENSION
+
+        flags += ["--worker-extension-cls", WORKER_EXTENSION]
     flags += [f"--{k.replace('_', '-')}={v}" for k, v in cfg["memory"].items()]
     if same:
         flags += ["--max-num-seqs", str(cfg["max_num_seqs"]),
@@ -103,6 +134,15 @@ def vllm_flags(cfg: dict, same: bool) -> list[str]:
         if cfg["compilation_config"]:
             flags += ["--compilation-config", json.dumps(cfg["compilation_config"])]
     return flags
+
+
+def vllm_env(variant: str) -> dict[str, str]:
+    """Stock (our plugin registers nothing), or runner V1 with the plugin loaded."""
+    if variant not in V1_PLUGIN:
+        return {"SPECGW_PROBES": "0"}
+    from engine_ext.vllm_serve import plugin_serve_env
+
+    return {**plugin_serve_env(), "VLLM_USE_V2_MODEL_RUNNER": "0"}
 
 
 def specgw_flags(cfg: dict, same: bool, max_c: int) -> tuple[list[str], dict]:
@@ -132,8 +172,8 @@ def start_servers(a: argparse.Namespace, cfg: dict, log_dir: Path,
     for v in order:
         same = not v.endswith("-defaults")
         if v.startswith("vllm"):
-            srv = Server(v, vllm_flags(cfg, same), env={"SPECGW_PROBES": "0"},
-                         cmd=vllm_serve_cmd(), ready_path="/health", log_dir=log_dir)
+            srv = Server(v, vllm_flags(cfg, same, v), env=vllm_env(v), cmd=vllm_serve_cmd(),
+                         ready_path="/health", log_dir=log_dir)
         else:
             flags, env = specgw_flags(cfg, same, max_c)
             if v == "specgw-probes-off":
@@ -202,17 +242,32 @@ def summarise(res: dict) -> dict:
     return out
 
 
+def drafter_graphs(before: Samples, after: Samples) -> dict | None:
+    """Drafter forwards and CUDA-graph replays in one run, from specgw's worker probes
+    (present only where the plugin runs: ``specgw*`` and ``vllm-v1-*``)."""
+    def d(name: str) -> float:
+        return metric_sum(after, name, role="draft") - metric_sum(before, name, role="draft")
+
+    if not any(n == "specgw_model_forwards_total" for n, _ in after):
+        return None
+    return {"forwards": d("specgw_model_forwards_total"),
+            "replayed": d("specgw_cudagraph_replayed_forwards_total")}
+
+
 def run_matrix(a: argparse.Namespace, servers: dict[str, Server]) -> None:
     runs = a.out / "runs"
     runs.mkdir(parents=True, exist_ok=True)
     variants = list(a.variants)
-    total = len(variants) * len(a.concurrency) * a.reps
+    total = a.reps * sum(len(set(a.only.get(v, a.concurrency)) & set(a.concurrency))
+                         for v in variants)
     done = 0
     for rep in range(a.reps):
         # Rotated per repetition: every server runs first, middle and last in turn.
         order = variants[rep % len(variants):] + variants[:rep % len(variants)]
         for c in a.concurrency:
             for v in order:
+                if c not in a.only.get(v, a.concurrency):
+                    continue
                 done += 1
                 f = runs / f"{v}_c{c}_r{rep}.json"
                 if f.exists():
@@ -223,10 +278,11 @@ def run_matrix(a: argparse.Namespace, servers: dict[str, Server]) -> None:
                 before = scrape(srv.url)
                 t = time.time()
                 res = bench(a, srv.url, c, f"{v}-c{c}-r{rep}")
-                acc = acceptance(before, scrape(srv.url), a.k)
+                after = scrape(srv.url)
+                acc = acceptance(before, after, a.k)
                 rec = {"variant": v, "concurrency": c, "rep": rep, "position": order.index(v),
                        "started": t, "wall_s": round(time.time() - t, 2), "bench": res,
-                       "server_acceptance": acc}
+                       "server_acceptance": acc, "drafter_graphs": drafter_graphs(before, after)}
                 f.write_text(json.dumps(rec, indent=1))
                 print(f"[{done}/{total}] {v} c={c} rep={rep}: "
                       f"{res.get('output_throughput', 0):.0f} tok/s, TPOT p50 "
@@ -264,8 +320,11 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=0,
                     help="seconds from start after which no new run starts (0: none); "
                          "the servers are stopped and a rerun resumes")
+    ap.add_argument("--only", action="append", default=[], metavar="VARIANT=C1,C2",
+                    help="run VARIANT at these concurrencies only (repeatable)")
     a = ap.parse_args()
-    bad = [v for v in a.variants if v not in VARIANTS]
+    a.only = {v: ints(cs) for v, _, cs in (o.partition("=") for o in a.only)}
+    bad = [v for v in [*a.variants, *a.only] if v not in VARIANTS]
     if bad:
         ap.error(f"unknown variants {bad}; choose from {VARIANTS}")
     a.deadline = time.time() + a.budget_s if a.budget_s else 0

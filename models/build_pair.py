@@ -93,6 +93,7 @@ class BuildConfig:
     intermediate_size: int = 512
     num_layers: int = 4
     num_heads: int = 4
+    num_kv_heads: int = 0  # target only (grouped-query attention); 0 = num_heads
     seq_len: int = 256
     batch_size: int = 16
     target_steps: int = 400
@@ -124,6 +125,10 @@ class BuildConfig:
     # build_info.json records the steps it did (the build is then not reproducible).
     target_budget_s: float = 0.0
     head_budget_s: float = 0.0
+    # With a budget: after a few timed steps, shrink the step count (and so the LR
+    # schedule) to what the budget fits, so a budget-bound phase still ends its cosine
+    # decay instead of stopping at a high learning rate.
+    fit_schedule: bool = False
 
 
 PRESETS: dict[str, BuildConfig] = {
@@ -164,6 +169,18 @@ PRESETS: dict[str, BuildConfig] = {
         package_max_bytes=12_000_000,
         device="cuda", chat_examples=20_000, chat_mix=2, split_lines_share=0.5,
         val_tokens=200_000, target_budget_s=180.0, head_budget_s=170.0,
+    ),
+    # Issue #14's "target big enough for speculation to pay", built and benchmarked on the
+    # device, never bundled: Llama-3.2-1B's shape (16 x 2048, MLP 8192, 32 query / 8 KV
+    # heads) with the bundled 4096-token vocabulary, 0.99 B parameters; EAGLE-3 over aux
+    # layers 2/8/13 (vLLM's default choice for 16 layers). Both phases are budget-bound
+    # with a fitted schedule: the device session has minutes, not hours.
+    "h200-1b": BuildConfig(
+        hidden_size=2048, intermediate_size=8192, num_layers=16, num_heads=32,
+        num_kv_heads=8, seq_len=512, batch_size=64, target_steps=2000, target_lr=6e-4,
+        head_steps=1500, head_lr=1e-3, aux_layers=(2, 8, 13), threads=16,
+        max_corpus_bytes=40_000_000, corpus="stdlib-all", device="cuda",
+        val_tokens=200_000, target_budget_s=200.0, head_budget_s=80.0, fit_schedule=True,
     ),
 }
 
@@ -426,7 +443,7 @@ def make_target(cfg: BuildConfig):
         intermediate_size=cfg.intermediate_size,
         num_hidden_layers=cfg.num_layers,
         num_attention_heads=cfg.num_heads,
-        num_key_value_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_kv_heads or cfg.num_heads,
         max_position_embeddings=2048,
         rms_norm_eps=cfg.rms_eps,
         rope_theta=cfg.rope_theta,
@@ -457,6 +474,18 @@ def lr_at(step: int, total: int, peak: float) -> float:
     if step < warm:
         return peak * (step + 1) / warm
     return peak * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, total - warm)))
+
+
+FIT_AFTER = 12  # steps timed before the schedule is fitted (the first ones warm up)
+
+
+def fitted_steps(total: int, budget: float, t0: float, t_warm: float, step: int) -> int:
+    """Steps that fit the rest of ``budget`` at the pace of steps 2..``step``."""
+    pace = (time.time() - t_warm) / max(1, step - 2)
+    left = budget - (time.time() - t0)
+    fit = step + int(0.97 * left / pace)  # 3% for the eval and the save
+    log.info("schedule fitted: %d of %d steps at %.3f s/step", min(total, fit), total, pace)
+    return max(step + 1, min(total, fit))
 
 
 def over_budget(phase: str, t0: float, budget: float, step: int) -> bool:
@@ -496,13 +525,17 @@ def train_target(model, ids: torch.Tensor, cfg: BuildConfig) -> dict:
     data = batches(ids, cfg, gen)
     loss_val = float("nan")
     recent: list[float] = []
-    t0, steps_done = time.time(), 0
+    t0, steps_done, total, t_warm = time.time(), 0, cfg.target_steps, 0.0
     for step in (bar := tqdm(range(cfg.target_steps), desc="target", unit="step",
                              mininterval=10)):
-        if over_budget("target", t0, cfg.target_budget_s, step):
+        if step == 2:
+            t_warm = time.time()
+        if cfg.fit_schedule and cfg.target_budget_s and step == FIT_AFTER:
+            total = fitted_steps(total, cfg.target_budget_s, t0, t_warm, step)
+        if step >= total or over_budget("target", t0, cfg.target_budget_s, step):
             break
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, cfg.target_steps, cfg.target_lr)
+            g["lr"] = lr_at(step, total, cfg.target_lr)
         x = next(data)
         with autocast(cfg):
             out = model(input_ids=x, labels=x)
@@ -517,7 +550,8 @@ def train_target(model, ids: torch.Tensor, cfg: BuildConfig) -> dict:
         progress("target", step, cfg.target_steps, t0, loss=f"{loss_val:.3f}")
     model.eval()
     return {"final_loss": loss_val, "mean_last_100": sum(recent) / max(1, len(recent)),
-            "steps_done": steps_done, "seconds": round(time.time() - t0, 1)}
+            "steps_done": steps_done, "steps_scheduled": total,
+            "seconds": round(time.time() - t0, 1)}
 
 
 # ------------------------------------------------------------------------- EAGLE-3 head
@@ -607,13 +641,17 @@ def train_head(target, ids: torch.Tensor, cfg: BuildConfig, d2t_ids: torch.Tenso
     data = batches(ids, cfg, gen)
     n = cfg.seq_len - 1 - cfg.ttt_steps
     hist = {"loss": float("nan"), "acc": [], "steps_done": 0}
-    t0 = time.time()
+    t0, total, t_warm = time.time(), cfg.head_steps, 0.0
     for step in (bar := tqdm(range(cfg.head_steps), desc="eagle3", unit="step",
                              mininterval=10)):
-        if over_budget("eagle3", t0, cfg.head_budget_s, step):
+        if step == 2:
+            t_warm = time.time()
+        if cfg.fit_schedule and cfg.head_budget_s and step == FIT_AFTER:
+            total = fitted_steps(total, cfg.head_budget_s, t0, t_warm, step)
+        if step >= total or over_budget("eagle3", t0, cfg.head_budget_s, step):
             break
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, cfg.head_steps, cfg.head_lr)
+            g["lr"] = lr_at(step, total, cfg.head_lr)
         x = next(data)
         with autocast(cfg):
             aux, tlogits = target_features(target, x, cfg.aux_layers)
@@ -650,7 +688,7 @@ def train_head(target, ids: torch.Tensor, cfg: BuildConfig, d2t_ids: torch.Tenso
         acc = "/".join(f"{a:.2f}" for a in accs)
         bar.set_postfix(loss=f"{hist['loss']:.3f}", acc=acc)
         progress("eagle3", step, cfg.head_steps, t0, loss=f"{hist['loss']:.3f}", acc=acc)
-    hist["seconds"] = round(time.time() - t0, 1)
+    hist["seconds"], hist["steps_scheduled"] = round(time.time() - t0, 1), total
     return head, t2d, hist
 
 
@@ -777,8 +815,8 @@ def main() -> None:
              cfg.val_tokens, len(chats), time.time() - t0)
 
     target = make_target(cfg).to(cfg.device)
-    log.info("target: %.1f M parameters on %s",
-             sum(p.numel() for p in target.parameters()) / 1e6, cfg.device)
+    n_params = sum(p.numel() for p in target.parameters())
+    log.info("target: %.1f M parameters on %s", n_params / 1e6, cfg.device)
     target_hist = train_target(target, ids, cfg)
     if val_ids is not None:
         target_hist["eval_loss"] = eval_loss(target, val_ids, cfg)
@@ -802,6 +840,7 @@ def main() -> None:
         "tokenizer": "reused" if args.tokenizer else "trained",
         **environment(cfg),
         "target_final_loss": round(target_hist["final_loss"], 4),
+        "target_parameters": n_params,
     }
     if cfg.chat_examples or cfg.val_tokens:
         info["target"] = {k: round(v, 4) if isinstance(v, float) else v
@@ -821,7 +860,7 @@ def main() -> None:
         "build_seconds": round(time.time() - t0, 1),
     }
     if cfg.head_budget_s:
-        info["head"] = {"steps_done": hist["steps_done"], "seconds": hist["seconds"]}
+        info["head"] = {k: hist[k] for k in ("steps_done", "steps_scheduled", "seconds")}
     (out / "build_info.json").write_text(json.dumps(info, indent=2) + "\n")
     log.info("done: %s", json.dumps(info))
 

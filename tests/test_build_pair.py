@@ -129,3 +129,22 @@ def test_line_split_sources_teach_the_lone_newline_before_an_indented_line():
     whole = dataclasses.replace(cfg, split_lines_share=0.0)
     assert build_pair.encode_sources(tok, texts, whole) == [
         [*e.ids, eos] for e in tok.encode_batch(texts)]
+
+
+def test_1b_preset_code_path_has_grouped_kv_heads_and_fits_its_schedule_to_the_budget(
+        tmp_path, monkeypatch):
+    from transformers import AutoConfig
+
+    # A budget far shorter than the step count asks: the schedule (and its LR decay) is
+    # fitted to the steps the budget holds, not cut off mid-schedule.
+    build(tmp_path / "a", monkeypatch, preset="h200-1b", num_layers=4, num_heads=4,
+          num_kv_heads=2, aux_layers=(1, 2, 3), target_steps=100_000, head_steps=100_000,
+          target_budget_s=3.0, head_budget_s=2.0, val_tokens=500, draft_vocab_size=512)
+    target = AutoConfig.from_pretrained(tmp_path / "a" / "target")
+    assert (target.num_attention_heads, target.num_key_value_heads) == (4, 2)
+    info = json.loads((tmp_path / "a" / "build_info.json").read_text())
+    assert info["target_parameters"] > 0
+    for phase in ("target", "head"):
+        done, scheduled = info[phase]["steps_done"], info[phase]["steps_scheduled"]
+        assert build_pair.FIT_AFTER < scheduled < 100_000, (phase, scheduled)
+        assert done <= scheduled

@@ -1,0 +1,63 @@
+"""docs/benchmarks.md's generator on the committed H200 run sets: speculation ratios pooled
+over the 1 B run sets without ever pairing runs of two sets, target 4's verdict following
+the data, the probe-overhead reading computed from every repetition. Pure Python over the
+raw JSON; no engine."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from benchmarks.benchmarks_report import (
+    T_PROBES,
+    T_SPEC,
+    pooled,
+    probe_overhead,
+    probe_reading,
+    spec_verdicts,
+)
+from benchmarks.serve_compare_data import RunSet
+from benchmarks.serve_compare_report import pair_stats
+
+DATA = Path(__file__).resolve().parent.parent / "docs" / "gpu" / "serve_compare"
+SETS = ("run3_1b_a", "run3_1b_b")
+
+
+def load(root: Path = DATA) -> list[RunSet]:
+    return [RunSet.load(root / s) for s in SETS]
+
+
+def test_a_repetition_split_across_run_sets_is_not_paired():
+    a, b = load()
+    # c=32 rep 1: speculation ran in the first set, no-speculation only in the resumed one.
+    assert any(r["rep"] == 1 for r in a.runs("vllm", 32))
+    assert not any(r["rep"] == 1 for r in a.runs("vllm-nospec", 32))
+    assert any(r["rep"] == 1 for r in b.runs("vllm-nospec", 32))
+    assert not any(r["rep"] == 1 for r in b.runs("vllm", 32))
+    assert len(pooled([a, b], "vllm", "vllm-nospec", 32)) == 4
+    assert len(pooled([a, b], "vllm", "vllm-nospec", 1)) == 5
+
+
+def test_speculation_verdict_follows_the_data(tmp_path: Path):
+    def row(sets: list[RunSet]) -> list:
+        return next(r for r in spec_verdicts(sets)[0] if r[1] == str(T_SPEC))
+
+    assert row(load())[3] == "**no**"
+    for s in SETS:
+        shutil.copytree(DATA / s, tmp_path / s)
+    for f in tmp_path.glob("*/runs/vllm_c1_r*.json"):  # speculation twice as fast
+        r = json.loads(f.read_text())
+        r["bench"]["output_throughput"] *= 2
+        f.write_text(json.dumps(r))
+    assert row(load(tmp_path))[3] == "yes"
+
+
+def test_probe_reading_is_computed_from_every_repetition():
+    rs = RunSet.load(DATA / "run3")
+    over = probe_overhead(rs, pair_stats(rs))
+    reading = dict(zip(over, probe_reading(rs, pair_stats(rs)), strict=True))
+    for c, s in over.items():
+        shown = s.lo > T_PROBES.threshold
+        assert ("an overhead is shown" in reading[c]) == shown, (c, s)
+        assert ("not resolved" in reading[c]) == (s.lo <= T_PROBES.threshold < s.hi), (c, s)
