@@ -174,3 +174,47 @@ def test_classify_table():
     assert classify("full", 0, 0, 0, 0) == ("eager", 0, 1)
     assert classify("none", 0, 3, 0, 3) == ("eager", 0, 0)
     assert classify("unknown", 9, 9, 9, 9) == ("unknown", 0, 0)
+
+
+class CountingLock:
+    """A lock that counts how often it is taken."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._lock, self.taken = threading.Lock(), 0
+
+    def __enter__(self) -> None:
+        self.taken += 1
+        self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+def test_forwards_pieces_and_proposes_take_no_lock_and_each_thread_counts_its_own():
+    import threading
+
+    lg = Ledger()
+    lock = lg._lock = CountingLock()
+
+    def serve(n: int) -> None:
+        lg.forward("target", "full")  # registers this thread (the one locked step)
+        taken = lock.taken
+        for _ in range(n):
+            with lg.forward("target", "piecewise"):
+                lg.piece(lg.on_replay)
+            with lg.propose(), lg.forward("draft", "full"):
+                lg.on_replay()
+        assert lock.taken == taken  # the hot path never locks
+
+    threads = [threading.Thread(target=serve, args=(n,)) for n in (300, 500)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    c = counts(lg)
+    assert c[("target", "forward", "piecewise", "graph")] == 800
+    assert c[("draft", "first_pass", "full", "graph")] == 800
+    assert lg.proposes == 800
+    assert ["target", "forward", 800, 800] in lg.snapshot()["pieces"]

@@ -46,16 +46,34 @@ def mode_name(mode: object) -> str:
     return name
 
 
-@dataclass
 class _Scope:
-    role: str
-    phase: str
-    dispatched: str
-    weight: int
-    counted: bool
-    replays: int = 0  # every CUDAGraph.replay() inside the scope
-    pieces: int = 0  # PIECEWISE wrapper calls (split-graph pieces executed)
-    pieces_replayed: int = 0  # of those, the ones that replayed their graph
+    """One open forward; also its own context manager. A thread reuses its scope objects
+    by nesting depth, so a forward allocates nothing but its counter key."""
+
+    __slots__ = (
+        "counted",
+        "dispatched",
+        "ledger",
+        "phase",
+        "pieces",
+        "pieces_replayed",
+        "propose",
+        "replays",
+        "role",
+        "thread",
+        "weight",
+    )
+
+    def __init__(self, ledger: Ledger, thread: _Thread):
+        self.ledger, self.thread = ledger, thread
+
+    def __enter__(self) -> _Scope:
+        self.thread.depth += 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.thread.depth -= 1
+        self.ledger._close(self)
 
 
 def classify(dispatched: str, replays: int, pieces: int, pieces_replayed: int,
@@ -83,26 +101,97 @@ def classify(dispatched: str, replays: int, pieces: int, pieces_replayed: int,
     return ("graph" if replays else "eager"), 0, 0
 
 
-@dataclass
 class _ProposeState:
-    forwards: int = 0
-    fused_steps: int | None = None
+    __slots__ = ("forwards", "fused_steps")
+
+    def __init__(self) -> None:
+        self.forwards = 0
+        self.fused_steps: int | None = None
+
+
+class _Thread:
+    """One thread's open scopes and its own counters. The hot path (a forward, a piece, a
+    replay) touches only these: no lock, and nothing another thread writes; ``snapshot``
+    sums the threads' counters (copies of dicts only this thread writes, each copy one
+    step under the GIL)."""
+
+    __slots__ = (
+        "depth",
+        "forwards",
+        "pieces_expected",
+        "pieces_replayed",
+        "propose",
+        "proposes",
+        "proposes_without_forward",
+        "replays",
+        "role_hint",
+        "scopes",
+        "suppress",
+        "unattributed_replays",
+    )
+
+    def __init__(self) -> None:
+        self.scopes: list[_Scope] = []  # by depth, reused
+        self.depth = 0
+        self.suppress = 0
+        self.propose: _ProposeState | None = None
+        self.role_hint: str | None = None
+        self.forwards: Counter = Counter()  # (role, phase, dispatched, executed)
+        self.replays: Counter = Counter()  # (role, phase) raw replay calls
+        self.pieces_expected: Counter = Counter()  # (role, phase)
+        self.pieces_replayed: Counter = Counter()  # (role, phase)
+        self.unattributed_replays = 0
+        self.proposes = 0
+        self.proposes_without_forward = 0
+
+    def top(self) -> _Scope | None:
+        return self.scopes[self.depth - 1] if self.depth else None
+
+
+class _Propose:
+    """``Ledger.propose()``: one drafter propose call (class-based: no generator)."""
+
+    __slots__ = ("outer", "state", "thread")
+
+    def __init__(self, thread: _Thread):
+        self.thread = thread
+
+    def __enter__(self) -> None:
+        self.outer, self.state = self.thread.propose, _ProposeState()
+        self.thread.propose = self.state
+
+    def __exit__(self, *exc: object) -> None:
+        t = self.thread
+        t.propose = self.outer
+        if t.suppress == 0:
+            t.proposes += 1
+            if self.state.forwards == 0:
+                t.proposes_without_forward += 1
+
+
+class _Covering:
+    __slots__ = ("prev", "state", "steps")
+
+    def __init__(self, state: _ProposeState | None, steps: int):
+        self.state, self.steps = state, steps
+
+    def __enter__(self) -> None:
+        if self.state is not None:
+            self.prev, self.state.fused_steps = self.state.fused_steps, max(1, self.steps)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.state is not None:
+            self.state.fused_steps = self.prev
 
 
 @dataclass
 class Ledger:
-    """Counters for one worker process. Keys are label tuples; values are counts."""
+    """Counters for one worker process, kept per thread (see ``_Thread``) and summed by
+    ``snapshot``. Keys are label tuples; values are counts."""
 
-    forwards: Counter = field(default_factory=Counter)  # (role, phase, dispatched, executed)
-    replays: Counter = field(default_factory=Counter)  # (role, phase) raw replay calls
-    pieces_replayed: Counter = field(default_factory=Counter)  # (role, phase)
-    pieces_expected: Counter = field(default_factory=Counter)  # (role, phase)
     known_pieces: dict[str, int] = field(default_factory=dict)  # role -> split-graph pieces
     piece_wrappers: Counter = field(default_factory=Counter)  # compile prefix -> wrappers
     captures: Counter = field(default_factory=Counter)  # role
-    unattributed_replays: int = 0
-    proposes: int = 0
-    proposes_without_forward: int = 0
     # Debug/test only (SPECGW_RECORD_DRAFTS=1): the proposed draft token ids. Reading
     # them synchronises with the device, so it is off in serving.
     record_drafts: bool = False
@@ -111,95 +200,82 @@ class Ledger:
     install_errors: dict[str, str] = field(default_factory=dict)
     _local: threading.local = field(default_factory=threading.local, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _threads: list[_Thread] = field(default_factory=list, repr=False)
 
     # ------------------------------------------------------------------ state
-    def _stack(self) -> list[_Scope]:
-        st = getattr(self._local, "stack", None)
-        if st is None:
-            st = self._local.stack = []
-        return st
+    def _thread(self) -> _Thread:
+        try:
+            return self._local.t
+        except AttributeError:
+            t = self._local.t = _Thread()
+            with self._lock:  # once per thread
+                self._threads.append(t)
+            return t
 
-    def _suppress_depth(self) -> int:
-        return getattr(self._local, "suppress", 0)
+    def _sum(self, name: str) -> int:
+        return sum(getattr(t, name) for t in list(self._threads))
 
-    def _propose(self) -> _ProposeState | None:
-        return getattr(self._local, "propose", None)
+    @property
+    def proposes(self) -> int:
+        return self._sum("proposes")
+
+    @property
+    def proposes_without_forward(self) -> int:
+        return self._sum("proposes_without_forward")
 
     @property
     def in_propose(self) -> bool:
-        return self._propose() is not None
+        return self._thread().propose is not None
 
     @property
     def fused_steps(self) -> int | None:
-        st = self._propose()
+        st = self._thread().propose
         return st.fused_steps if st is not None else None
 
-    # -------------------------------------------------------------- scopes
     @contextmanager
     def suppressed(self, role: str | None = None) -> Iterator[None]:
         """Profile, warm-up and capture runs: seen, never counted as serving work.
         ``role`` names whose graphs a capture outside any forward scope belongs to (MRV2
         opens ``torch.cuda.graph`` before the model's forward context)."""
-        self._local.suppress = self._suppress_depth() + 1
-        outer_role = getattr(self._local, "role_hint", None)
+        t = self._thread()
+        t.suppress += 1
+        outer_role = t.role_hint
         if role is not None:
-            self._local.role_hint = role
+            t.role_hint = role
         try:
             yield
         finally:
-            self._local.suppress -= 1
-            self._local.role_hint = outer_role
+            t.suppress -= 1
+            t.role_hint = outer_role
 
-    @contextmanager
-    def propose(self) -> Iterator[None]:
+    def propose(self) -> _Propose:
         """One drafter ``propose()`` call: its first forward is the first pass."""
-        outer = self._propose()
-        state = _ProposeState()
-        self._local.propose = state
-        try:
-            yield
-        finally:
-            self._local.propose = outer
-            if self._suppress_depth() == 0:
-                with self._lock:
-                    self.proposes += 1
-                    if state.forwards == 0:
-                        self.proposes_without_forward += 1
+        return _Propose(self._thread())
 
-    @contextmanager
-    def covering(self, steps: int) -> Iterator[None]:
+    def covering(self, steps: int) -> _Covering:
         """Inside, a FULL graph replay of the drafter stands for ``steps`` forwards (a
         fused multi-step decode graph replays k-1 drafter steps at once)."""
-        st = self._propose()
-        if st is None:
-            yield
-            return
-        prev, st.fused_steps = st.fused_steps, max(1, steps)
-        try:
-            yield
-        finally:
-            st.fused_steps = prev
+        return _Covering(self._thread().propose, steps)
 
-    @contextmanager
-    def forward(
-        self, role: str, dispatched: object, phase: str | None = None, weight: int = 1
-    ) -> Iterator[None]:
-        st = self._propose() if role == ROLE_DRAFT else None
+    def forward(self, role: str, dispatched: object, phase: str | None = None,
+                weight: int = 1) -> _Scope:
+        """The scope of one forward (``with ledger.forward(...):``)."""
+        t = self._thread()
+        st = t.propose if role == ROLE_DRAFT else None
         if phase is None:
             if role == ROLE_DRAFT:
                 phase = PHASE_FIRST if st is None or st.forwards == 0 else PHASE_STEP
             else:
                 phase = PHASE_TARGET
-        scope = _Scope(role, phase, mode_name(dispatched), weight, self._suppress_depth() == 0)
-        stack = self._stack()
-        stack.append(scope)
-        try:
-            yield
-        finally:
-            stack.pop()
-            self._close(scope, st)
+        if t.depth == len(t.scopes):
+            t.scopes.append(_Scope(self, t))
+        sc = t.scopes[t.depth]
+        sc.propose, sc.role, sc.phase, sc.weight = st, role, phase, weight
+        sc.dispatched, sc.counted = mode_name(dispatched), t.suppress == 0
+        sc.replays = sc.pieces = sc.pieces_replayed = 0
+        return sc
 
-    def _close(self, scope: _Scope, st: _ProposeState | None) -> None:
+    def _close(self, scope: _Scope) -> None:
         role = scope.role
         known = self.known_pieces.get(role, 0)
         if scope.pieces > known:  # learnt at capture too: the split graph's size
@@ -208,34 +284,31 @@ class Ledger:
             return
         executed, replayed, expected = classify(
             scope.dispatched, scope.replays, scope.pieces, scope.pieces_replayed, known)
-        w = scope.weight
+        w, t = scope.weight, scope.thread
         key = (role, scope.phase)
-        with self._lock:  # the one lock taken per forward
-            self.forwards[(role, scope.phase, scope.dispatched, executed)] += w
-            if scope.replays:
-                self.replays[key] += scope.replays
-            if expected:
-                self.pieces_expected[key] += expected * w
-                self.pieces_replayed[key] += replayed * w
-        if st is not None:
-            st.forwards += w
+        t.forwards[(role, scope.phase, scope.dispatched, executed)] += w
+        if scope.replays:
+            t.replays[key] += scope.replays
+        if expected:
+            t.pieces_expected[key] += expected * w
+            t.pieces_replayed[key] += replayed * w
+        if scope.propose is not None:
+            scope.propose.forwards += w
 
     # ------------------------------------------------------- torch callbacks
     def on_replay(self) -> None:
-        stack = self._stack()
-        if stack:
-            stack[-1].replays += 1  # added to the ledger when the scope closes
-        elif self._suppress_depth() == 0:
-            with self._lock:
-                self.unattributed_replays += 1
+        t = self._thread()
+        if t.depth:
+            t.scopes[t.depth - 1].replays += 1  # added to the ledger when the scope closes
+        elif t.suppress == 0:
+            t.unattributed_replays += 1
 
     def piece(self, fn, *args, **kwargs):
         """Run one PIECEWISE wrapper call (a piece of a split graph) inside the open
-        scope, noting whether it replayed. Integer bumps on the scope only: no lock."""
-        stack = self._stack()
-        if not stack:
+        scope, noting whether it replayed. Integer bumps on the scope only."""
+        scope = self._thread().top()
+        if scope is None:
             return fn(*args, **kwargs)
-        scope = stack[-1]
         before = scope.replays
         out = fn(*args, **kwargs)
         scope.pieces += 1
@@ -249,25 +322,32 @@ class Ledger:
             self.piece_wrappers[prefix or ""] += 1
 
     def on_capture(self) -> None:
-        stack = self._stack()
-        hint = getattr(self._local, "role_hint", None)
-        role = stack[-1].role if stack else hint or "unknown"
+        t = self._thread()
+        top = t.top()
+        role = top.role if top is not None else t.role_hint or "unknown"
         with self._lock:
             self.captures[role] += 1
 
     # ------------------------------------------------------------- reporting
+    def _merged(self, name: str) -> Counter:
+        total: Counter = Counter()
+        for t in list(self._threads):
+            total.update(dict(getattr(t, name)))  # a copy: the owner may be counting
+        return total
+
     def snapshot(self) -> dict:
         """Plain-data view for ``collective_rpc`` (msgpack/pickle friendly)."""
+        forwards, replays = self._merged("forwards"), self._merged("replays")
+        expected, replayed = self._merged("pieces_expected"), self._merged("pieces_replayed")
         with self._lock:
             return {
-                "forwards": [[*k, v] for k, v in sorted(self.forwards.items())],
-                "replays": [[*k, v] for k, v in sorted(self.replays.items())],
-                "pieces": [[*k, self.pieces_replayed[k], v]
-                           for k, v in sorted(self.pieces_expected.items())],
+                "forwards": [[*k, v] for k, v in sorted(forwards.items())],
+                "replays": [[*k, v] for k, v in sorted(replays.items())],
+                "pieces": [[*k, replayed[k], v] for k, v in sorted(expected.items())],
                 "known_pieces": dict(self.known_pieces),
                 "piece_wrappers": dict(self.piece_wrappers),
                 "captures": dict(self.captures),
-                "unattributed_replays": self.unattributed_replays,
+                "unattributed_replays": self._sum("unattributed_replays"),
                 "proposes": self.proposes,
                 "proposes_without_forward": self.proposes_without_forward,
                 "installed": dict(self.installed),
