@@ -198,15 +198,18 @@ def test_forwards_pieces_and_proposes_take_no_lock_and_each_thread_counts_its_ow
     lg = Ledger()
     lock = lg._lock = CountingLock()
     locked_while_serving: list[int] = []
+    both_registered, both_done = threading.Barrier(2), threading.Barrier(2)
 
     def serve(n: int) -> None:
         lg.forward("target", "full")  # registers this thread (the one locked step)
+        both_registered.wait()
         taken = lock.taken
         for _ in range(n):
             with lg.forward("target", "piecewise"):
                 lg.piece(lg.on_replay)
             with lg.propose(), lg.forward("draft", "full"):
                 lg.on_replay()
+        both_done.wait()
         locked_while_serving.append(lock.taken - taken)  # asserted below, not in a thread
 
     threads = [threading.Thread(target=serve, args=(n,)) for n in (300, 500)]
