@@ -136,6 +136,36 @@ def probe_reading(rs: RunSet, st: dict) -> list[str]:
     return out
 
 
+def probe_cost_lines(rs: RunSet, cost: dict) -> list[str]:
+    """The ledger's own per-step work (``probe_cost.py``) against the length of an engine
+    step of the server without probes: one target forward and one propose of two forward
+    scopes per step (runner V2, k=3: a first pass and one fused replay of k-1 steps)."""
+    med = cost["median_us"]
+    per_step = {i: m["forward_scope"] + m["propose_2_forwards"] for i, m in med.items()}
+    lines = [f"The probes' bookkeeping alone (`benchmarks/probe_cost.py`, "
+             f"`docs/probe_cost.json`: {cost['reps']} repetitions of {cost['n']} calls, "
+             f"rotated, on {cost['machine']['cpu_count']}-core {cost['machine']['cpu']} "
+             f"with Python {cost['machine']['python']}, {cost['date']}; not the device's "
+             "host), per engine step: " + "; ".join(
+                 f"{i}: {us:.1f} us (forward scope {med[i]['forward_scope']:.1f}, propose "
+                 f"with two forwards {med[i]['propose_2_forwards']:.1f}, a piece "
+                 f"{med[i]['piece']:.2f})" for i, us in per_step.items()) + ".", "",
+             "Against a step of `specgw-probes-off` in this run set (TPOT p50 x acceptance "
+             "length, medians of the runs):", ""]
+    rows = []
+    for c in rs.conc():
+        tpot = rs.values("specgw-probes-off", c, "median_tpot_ms")
+        al = [r["server_acceptance"]["acceptance_length"]
+              for r in rs.runs("specgw-probes-off", c)
+              if r["server_acceptance"].get("acceptance_length")]
+        if tpot and al:
+            step_us = 1000 * statistics.median(tpot) * statistics.median(al)
+            rows.append([c, f"{step_us:.0f}", *(f"{100 * us / step_us:.2f}%"
+                                                for us in per_step.values())])
+    return [*lines, *md_table(["concurrency", "engine step us",
+                               *(f"bookkeeping / step ({i})" for i in per_step)], rows)]
+
+
 def swing_text(rs: RunSet) -> str:
     a, b = (rel_spread(rs.values(v, 64, "output_throughput")) for v in ("specgw", "vllm"))
     return (f"at c=64 its output tok/s spans {a:.0f}% of its median over the repetitions, "
@@ -274,7 +304,7 @@ def pair_text(info: dict) -> str:
 
 # --------------------------------------------------------------------------- document
 def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
-             earlier: list[RunSet]) -> list[str]:
+             earlier: list[RunSet], cost: dict | None = None) -> list[str]:
     st = pair_stats(serve)
     rows = serve_rows(serve, st)
     srows, snotes = spec_verdicts(spec) if spec else ([], [])
@@ -329,6 +359,7 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
                                                 *probe_reading(rs, pair_stats(rs)), ""]),
               "The shortest poll interval (`specgw-poll-1s`) was not in this run set "
               "(device time).", "",
+              *([*probe_cost_lines(serve, cost), ""] if cost else []),
               "## 3. Router", "", *router_section(serve, st), "", router_ceiling(serve), ""]
     if spec:
         lines += ["## 4. When speculation pays: a 1 B target built on the device", "",
@@ -357,12 +388,14 @@ def main() -> None:
     ap.add_argument("--pair-info", type=Path, default=SC / "pair_1b_build_info.json")
     ap.add_argument("--earlier", type=Path, action="append",
                     help=f"earlier run sets of the bundled pair (default: {SC}/run1)")
+    ap.add_argument("--probe-cost", type=Path, default=Path("docs/probe_cost.json"))
     ap.add_argument("--out", type=Path, default=Path("docs/benchmarks.md"))
     a = ap.parse_args()
     spec = [RunSet.load(s) for s in a.spec or [SC / "run3_1b_a", SC / "run3_1b_b"]]
     info = json.loads(a.pair_info.read_text()) if a.pair_info.exists() else None
     earlier = [RunSet.load(s) for s in a.earlier or [SC / "run1"]]
-    lines = document(RunSet.load(a.serve), spec, info, a.out, earlier)
+    cost = json.loads(a.probe_cost.read_text()) if a.probe_cost.exists() else None
+    lines = document(RunSet.load(a.serve), spec, info, a.out, earlier, cost)
     write(a.out, lines)
     print("\n".join(lines))
 
