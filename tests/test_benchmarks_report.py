@@ -61,3 +61,18 @@ def test_probe_reading_is_computed_from_every_repetition():
         shown = s.lo > T_PROBES.threshold
         assert ("an overhead is shown" in reading[c]) == shown, (c, s)
         assert ("not resolved" in reading[c]) == (s.lo <= T_PROBES.threshold < s.hi), (c, s)
+
+
+def test_probe_bookkeeping_share_is_cost_per_step_over_the_step_without_probes():
+    from benchmarks.benchmarks_report import probe_cost_lines
+
+    rs = RunSet.load(DATA / "run3")
+    cost = {"median_us": {"a": {"forward_scope": 10.0, "propose_2_forwards": 30.0,
+                                "piece": 1.0}},
+            "reps": 1, "n": 1, "date": "-", "machine": {"cpu_count": 2, "cpu": "x",
+                                                       "python": "3"}}
+    rows = [ln for ln in probe_cost_lines(rs, cost) if ln.startswith("| 16 |")]
+    tpot = sorted(rs.values("specgw-probes-off", 16, "median_tpot_ms"))[2]
+    al = sorted(r["server_acceptance"]["acceptance_length"]
+                for r in rs.runs("specgw-probes-off", 16))[2]
+    assert rows == [f"| 16 | {1000 * tpot * al:.0f} | {100 * 40 / (1000 * tpot * al):.2f}% |"]
