@@ -162,8 +162,17 @@ def probe_cost_lines(rs: RunSet, cost: dict) -> list[str]:
             step_us = 1000 * statistics.median(tpot) * statistics.median(al)
             rows.append([c, f"{step_us:.0f}", *(f"{100 * us / step_us:.2f}%"
                                                 for us in per_step.values())])
-    return [*lines, *md_table(["concurrency", "engine step us",
-                               *(f"bookkeeping / step ({i})" for i in per_step)], rows)]
+    out = [*lines, *md_table(["concurrency", "engine step us",
+                              *(f"bookkeeping / step ({i})" for i in per_step)], rows)]
+    shown = {c: s for c, s in probe_overhead(rs, pair_stats(rs)).items()
+             if s.lo > T_PROBES.threshold}
+    for c, s in shown.items():
+        row = next(r for r in rows if r[0] == c)
+        out += ["", f"At c={c}, where this run set shows an overhead ({s.text('{:+.1f}')} %), "
+                f"the bookkeeping of the probes as they ran there (the last column) is "
+                f"{row[-1]} of a step: it does not account for the gap, whose cause these "
+                "runs do not establish."]
+    return out
 
 
 def swing_text(rs: RunSet) -> str:
