@@ -19,7 +19,10 @@ whole stdlib, the permissively licensed Python sources of installed packages and
 chat-formatted examples, bf16 autocast on CUDA, the original tokenizer (pass
 ``--tokenizer models/tiny-code-llama/target/tokenizer.json``); about 6 minutes on an
 H200, with wall-clock guards that stop a phase early (and say so in build_info.json) on
-a slower GPU. ``h200-small`` is the same model on the stdlib alone (it memorises it).
+a slower GPU. ``h200-code-answers-with-header`` is ``h200-code`` with no training window
+starting inside a chat answer (the fence-leak fix, not yet built; ``--stream-only``
+shows what it changes without training). ``h200-small`` is h200-code's model on the stdlib
+alone (it memorises it).
 ``cpu-5m`` is the pair first bundled (4 x 256, 400 steps, trains the tokenizer; about
 20 minutes on 2 cores). ``h200-150m`` builds the scaled-up pair the GPU
 benchmark uses (a 150 M-parameter target, the same tokenizer; about 5 minutes on an
@@ -120,6 +123,10 @@ class BuildConfig:
     # requests), so a completion prompt ending in a signature is not read as a chat turn.
     chat_mix: int = 1
     split_lines_share: float = 0.0  # files encoded line by line (see encode_sources)
+    # No training window starts inside a chat answer (see window_starts): every answer
+    # token the loss asks for, the closing fence included, has its chat header in view.
+    # False = windows start anywhere, as the committed h200-code pair was trained.
+    answers_with_header: bool = False
     val_tokens: int = 0  # held out from the end of the token stream for an eval loss
     # Wall-clock guards (seconds, 0 = none): a phase that overruns stops early and
     # build_info.json records the steps it did (the build is then not reproducible).
@@ -183,6 +190,11 @@ PRESETS: dict[str, BuildConfig] = {
         val_tokens=200_000, target_budget_s=200.0, head_budget_s=80.0, fit_schedule=True,
     ),
 }
+# h200-code with the fence-leak fix (docs/model_quality_parse.md): no window starts inside
+# a chat answer. Everything else, seeds included, is h200-code's, so the two builds differ
+# only in which windows the target and head train on.
+PRESETS["h200-code-answers-with-header"] = replace(PRESETS["h200-code"],
+                                                   answers_with_header=True)
 
 
 # ----------------------------------------------------------------------------- corpus
@@ -362,6 +374,25 @@ def save_tokenizer(tok: Tokenizer, out: Path, max_len: int) -> None:
     )
 
 
+def token_stream(tok: Tokenizer, texts: list[str],
+                 cfg: BuildConfig) -> tuple[list[list[int]], list[bool]]:
+    """Token ids per document (sources, then chat transcripts when the preset has them,
+    in one seeded order) and which documents are transcripts."""
+    docs = encode_sources(tok, texts, cfg)
+    chats = (chat_examples(texts, cfg.chat_examples, cfg.seed + 4, cfg.threads, cfg.chat_mix)
+             if cfg.chat_examples else [])
+    is_chat = [False] * len(docs)
+    if chats:
+        # Transcripts carry their own <|bos|>/<|eos|>; sources and chats are interleaved
+        # in a seeded order so every stretch of training sees both.
+        docs += [enc.ids for enc in tok.encode_batch(chats)]
+        is_chat += [True] * len(chats)
+        order = torch.randperm(len(docs), generator=torch.Generator().manual_seed(cfg.seed))
+        docs = [docs[i] for i in order.tolist()]
+        is_chat = [is_chat[i] for i in order.tolist()]
+    return docs, is_chat
+
+
 def encode_sources(tok: Tokenizer, texts: list[str], cfg: BuildConfig) -> list[list[int]]:
     """Token ids per source file, each ending in <|eos|>.
 
@@ -379,6 +410,24 @@ def encode_sources(tok: Tokenizer, texts: list[str], cfg: BuildConfig) -> list[l
     flat = iter(tok.encode_batch([ln for doc in lines for ln in doc]))
     by_line = iter([[i for _ in doc for i in next(flat).ids] for doc in lines])
     return [[*(next(by_line) if sp else next(whole).ids), eos] for sp in split]
+
+
+def fence_exposure(tok: Tokenizer, docs: list[list[int]], is_chat: list[bool], n_ids: int,
+                   cfg: BuildConfig, allowed: torch.Tensor | None) -> dict:
+    """fence_targets_without_header for both draws, whichever one trains: build_info.json
+    then shows what answers_with_header changes. Empty without chat transcripts."""
+    if not any(is_chat):
+        return {}
+    # "```" is "``" + "`" in the bundled tokenizer; the last "``" of a transcript closes it.
+    a_id, f_id = tok.token_to_id("<|assistant|>"), tok.token_to_id("``")
+    fixed = allowed if allowed is not None else window_starts(
+        docs, is_chat, n_ids, cfg.seq_len, a_id)
+    out = {name: fence_targets_without_header(docs, is_chat, n_ids, cfg.seq_len, a_id, f_id,
+                                              draw)
+           for name, draw in (("uniform", None), ("answers_with_header", fixed))}
+    log.info("closing-fence targets without their chat header in the window: %s",
+             json.dumps(out))
+    return out
 
 
 # ------------------------------------------------------------------- shared modules
@@ -456,10 +505,78 @@ def make_target(cfg: BuildConfig):
     return LlamaForCausalLM(hf_cfg)
 
 
-def batches(ids: torch.Tensor, cfg: BuildConfig, gen: torch.Generator):
+def batches(ids: torch.Tensor, cfg: BuildConfig, gen: torch.Generator,
+            allowed: torch.Tensor | None = None):
+    """Random windows of ``ids``; with ``allowed`` (window_starts), only from those starts.
+    Without it the draws are exactly the earlier builds' (same generator calls)."""
     while True:
-        starts = torch.randint(0, len(ids) - cfg.seq_len - 1, (cfg.batch_size,), generator=gen)
+        if allowed is None:
+            starts = torch.randint(0, len(ids) - cfg.seq_len - 1, (cfg.batch_size,),
+                                   generator=gen)
+        else:
+            starts = allowed[torch.randint(0, len(allowed), (cfg.batch_size,), generator=gen)]
         yield torch.stack([ids[s : s + cfg.seq_len] for s in starts.tolist()]).to(cfg.device)
+
+
+def window_starts(docs: list[list[int]], is_chat: list[bool], n_ids: int, seq_len: int,
+                  assistant_id: int) -> torch.Tensor:
+    """Every start ``batches`` may draw except those inside a chat answer: after a
+    transcript's ``<|assistant|>``, up to its last token.
+
+    Why: the sources and the chat transcripts are one token stream and windows start
+    anywhere, so a window that starts between a transcript's ``<|assistant|>`` and its
+    closing fence shows the answer's code with no chat header before it, and the loss
+    still asks for the closing fence: that teaches "a short complete definition at the
+    start of the context, then a fence", which is exactly what a bare completion prompt
+    looks like at serving (the pair emitted a fence after 3 of 16 prompts;
+    docs/model_quality_parse.md counts the header-less closing-fence targets). A
+    window may still start anywhere up to and including the ``<|assistant|>`` (the
+    request turn, cut or whole, then says an answer follows), so the answers keep every
+    window that shows their header and lose only the header-less ones; raw sources are
+    cut anywhere, as before.
+    """
+    keep = torch.ones(max(0, n_ids - seq_len - 1), dtype=torch.bool)
+    off = 0
+    for doc, chat in zip(docs, is_chat, strict=True):
+        if chat:
+            a = doc.index(assistant_id) if assistant_id in doc else 0
+            keep[off + a + 1 : off + len(doc)] = False
+        off += len(doc)
+    return keep.nonzero().squeeze(1)
+
+
+def fence_targets_without_header(docs: list[list[int]], is_chat: list[bool], n_ids: int,
+                                 seq_len: int, assistant_id: int, fence_id: int,
+                                 allowed: torch.Tensor | None) -> dict:
+    """Of the windows in which a chat's closing fence is a training target, the share
+    whose start lies after that chat's ``<|assistant|>`` (header not in view), for the
+    uniform draw (``allowed`` None) or the draw from ``allowed``: what window_starts
+    fixes, counted rather than trained."""
+    high = max(0, n_ids - seq_len - 1)  # starts are drawn from [0, high)
+    ok = torch.zeros(high + 1, dtype=torch.long)
+    if allowed is None:
+        ok[1:] = torch.arange(1, high + 1)
+    else:
+        mask = torch.zeros(high, dtype=torch.long)
+        mask[allowed] = 1
+        ok[1:] = mask.cumsum(0)
+
+    def count(lo: int, hi: int) -> int:  # allowed starts in [lo, hi]
+        lo, hi = max(lo, 0), min(hi, high - 1)
+        return int(ok[hi + 1] - ok[lo]) if hi >= lo else 0
+
+    off, total, headless, chats = 0, 0, 0, 0
+    for doc, chat in zip(docs, is_chat, strict=True):
+        if chat and fence_id in doc and assistant_id in doc:
+            a = off + doc.index(assistant_id)
+            f = off + len(doc) - 1 - doc[::-1].index(fence_id)  # the closing fence
+            # Token f is a target of the window starting at s when s < f < s + seq_len.
+            total += count(f - seq_len + 1, f - 1)
+            headless += count(a + 1, f - 1)
+            chats += 1
+        off += len(doc)
+    return {"chats": chats, "fence_target_windows": total,
+            "without_header": headless, "share": round(headless / total, 4) if total else None}
 
 
 def autocast(cfg: BuildConfig):
@@ -516,13 +633,14 @@ def eval_loss(model, ids: torch.Tensor, cfg: BuildConfig, n_batches: int = 8) ->
     return sum(losses) / len(losses)
 
 
-def train_target(model, ids: torch.Tensor, cfg: BuildConfig) -> dict:
+def train_target(model, ids: torch.Tensor, cfg: BuildConfig,
+                 allowed: torch.Tensor | None = None) -> dict:
     gen = torch.Generator().manual_seed(cfg.seed + 1)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.target_lr,
                             weight_decay=cfg.target_weight_decay,
                             fused=True if cfg.device.startswith("cuda") else None)
     model.train()
-    data = batches(ids, cfg, gen)
+    data = batches(ids, cfg, gen, allowed)
     loss_val = float("nan")
     recent: list[float] = []
     t0, steps_done, total, t_warm = time.time(), 0, cfg.target_steps, 0.0
@@ -628,7 +746,8 @@ def draft_vocab(target, ids: torch.Tensor, cfg: BuildConfig) -> torch.Tensor:
     return torch.sort(top).values
 
 
-def train_head(target, ids: torch.Tensor, cfg: BuildConfig, d2t_ids: torch.Tensor):
+def train_head(target, ids: torch.Tensor, cfg: BuildConfig, d2t_ids: torch.Tensor,
+               allowed: torch.Tensor | None = None):
     embed = target.get_input_embeddings().weight.detach()
     head = Eagle3Head(cfg, embed).to(cfg.device)
     d2t_dev = d2t_ids.to(cfg.device)
@@ -638,7 +757,7 @@ def train_head(target, ids: torch.Tensor, cfg: BuildConfig, d2t_ids: torch.Tenso
     params = [p for n, p in head.named_parameters() if n != "embed"]
     opt = torch.optim.AdamW(params, lr=cfg.head_lr, weight_decay=0.0,
                             fused=True if cfg.device.startswith("cuda") else None)
-    data = batches(ids, cfg, gen)
+    data = batches(ids, cfg, gen, allowed)
     n = cfg.seq_len - 1 - cfg.ttt_steps
     hist = {"loss": float("nan"), "acc": [], "steps_done": 0}
     t0, total, t_warm = time.time(), cfg.head_steps, 0.0
@@ -770,15 +889,21 @@ def main() -> None:
     ap.add_argument("--device", help="torch device (default: the preset's)")
     ap.add_argument("--tokenizer", type=Path,
                     help="reuse this tokenizer.json instead of training one")
+    ap.add_argument("--max-corpus-bytes", type=int, help="default: the preset's")
+    ap.add_argument("--stream-only", action="store_true",
+                    help="build the corpus and token stream, print what the training "
+                         "windows would see of the chat fences, train nothing (CPU)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     overrides = {k: v for k, v in (("target_steps", args.target_steps),
                                    ("head_steps", args.head_steps),
-                                   ("device", args.device)) if v is not None}
+                                   ("device", args.device),
+                                   ("max_corpus_bytes", args.max_corpus_bytes))
+                 if v is not None}
     if args.no_time_budget:
         overrides |= {"target_budget_s": 0.0, "head_budget_s": 0.0}
     cfg = replace(PRESETS[args.preset], **overrides)
-    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+    if cfg.device.startswith("cuda") and not torch.cuda.is_available() and not args.stream_only:
         raise SystemExit(f"preset {args.preset} trains on CUDA and none is available: "
                          "pass --device cpu --no-time-budget (slow) or --preset cpu-5m")
     out = args.out or Path(__file__).parent / "tiny-code-llama"
@@ -798,26 +923,32 @@ def main() -> None:
                              f"{cfg.vocab_size}")
     else:
         tok = train_tokenizer(texts, cfg.vocab_size)
-    docs = encode_sources(tok, texts, cfg)
-    chats = (chat_examples(texts, cfg.chat_examples, cfg.seed + 4, cfg.threads, cfg.chat_mix)
-             if cfg.chat_examples else [])
-    if chats:
-        # Transcripts carry their own <|bos|>/<|eos|>; sources and chats are interleaved
-        # in a seeded order so every stretch of training sees both.
-        docs += [enc.ids for enc in tok.encode_batch(chats)]
-        order = torch.randperm(len(docs), generator=torch.Generator().manual_seed(cfg.seed))
-        docs = [docs[i] for i in order.tolist()]
+    docs, is_chat = token_stream(tok, texts, cfg)
+    n_chats = sum(is_chat)
     ids = torch.tensor([i for doc in docs for i in doc], dtype=torch.long)
     val_ids = ids[len(ids) - cfg.val_tokens :] if cfg.val_tokens else None
     if cfg.val_tokens:
         ids = ids[: len(ids) - cfg.val_tokens]
     log.info("tokens: %d (+%d held out), chat examples: %d, %.0f s", ids.numel(),
-             cfg.val_tokens, len(chats), time.time() - t0)
+             cfg.val_tokens, n_chats, time.time() - t0)
+    # The held-out tail is cut off the stream: only training starts are restricted.
+    allowed = (window_starts(docs, is_chat, ids.numel(), cfg.seq_len,
+                             tok.token_to_id("<|assistant|>"))
+               if cfg.answers_with_header else None)
+    fence = fence_exposure(tok, docs, is_chat, ids.numel(), cfg, allowed)
+    if args.stream_only:
+        print(json.dumps({"preset": args.preset, "corpus_files": len(texts),
+                          "tokens": ids.numel(), "chat_examples": n_chats,
+                          "answers_with_header": cfg.answers_with_header,
+                          "allowed_starts": None if allowed is None else allowed.numel(),
+                          "fence_targets_without_header": fence,
+                          "seconds": round(time.time() - t0, 1)}, indent=2))
+        return
 
     target = make_target(cfg).to(cfg.device)
     n_params = sum(p.numel() for p in target.parameters())
     log.info("target: %.1f M parameters on %s", n_params / 1e6, cfg.device)
-    target_hist = train_target(target, ids, cfg)
+    target_hist = train_target(target, ids, cfg, allowed)
     if val_ids is not None:
         target_hist["eval_loss"] = eval_loss(target, val_ids, cfg)
     log.info("target: %s", json.dumps(target_hist))
@@ -836,12 +967,14 @@ def main() -> None:
         "corpus_sha256": corpus_sha,
         "corpus_files": len(texts),
         "tokens": ids.numel(),
-        "chat_examples": len(chats),
+        "chat_examples": n_chats,
         "tokenizer": "reused" if args.tokenizer else "trained",
         **environment(cfg),
         "target_final_loss": round(target_hist["final_loss"], 4),
         "target_parameters": n_params,
     }
+    if fence:
+        info["fence_targets_without_header"] = fence
     if cfg.chat_examples or cfg.val_tokens:
         info["target"] = {k: round(v, 4) if isinstance(v, float) else v
                           for k, v in target_hist.items()}
@@ -851,7 +984,7 @@ def main() -> None:
     # target.float() above restored fp32 compute on bf16-rounded weights: the head
     # trains against the target exactly as it will be served.
     d2t_ids = draft_vocab(target, ids, cfg)
-    head, _, hist = train_head(target, ids, cfg, d2t_ids)
+    head, _, hist = train_head(target, ids, cfg, d2t_ids, allowed)
     save_head(head, cfg, d2t_ids, ddir)
 
     info |= {

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "models"))
@@ -148,3 +149,59 @@ def test_1b_preset_code_path_has_grouped_kv_heads_and_fits_its_schedule_to_the_b
         done, scheduled = info[phase]["steps_done"], info[phase]["steps_scheduled"]
         assert build_pair.FIT_AFTER < scheduled < 100_000, (phase, scheduled)
         assert done <= scheduled
+
+
+def test_no_window_starts_inside_a_chat_answer():
+    # A toy stream: source (30), chat (12, <|assistant|> = 5 at index 3), source (25),
+    # chat (9, <|assistant|> at index 2).
+    docs = [[9] * 30, [1, 4, 4, 5, 7, 8, 8, 8, 8, 7, 8, 2], [9] * 25, [1, 4, 5, 7, 8, 8, 7, 8, 2]]
+    is_chat, seq_len = [False, True, False, True], 8
+    n = sum(map(len, docs))
+    allowed = build_pair.window_starts(docs, is_chat, n, seq_len, 5).tolist()
+    answers = set(range(34, 42)) | set(range(70, 76))  # after each <|assistant|>
+    assert {30, 33, 42} <= set(allowed) and not answers & set(allowed)
+    assert allowed == sorted(set(range(n - seq_len - 1)) - answers)
+    cfg = dataclasses.replace(build_pair.PRESETS["cpu-5m"], seq_len=seq_len, batch_size=64)
+    ids = torch.arange(n)
+    x = next(build_pair.batches(ids, cfg, torch.Generator().manual_seed(0),
+                                torch.tensor(allowed)))
+    assert not answers & set(x[:, 0].tolist())
+    # Without a restriction the draws are the earlier builds' exactly.
+    gen_a, gen_b = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
+    starts = torch.randint(0, n - seq_len - 1, (64,), generator=gen_b)
+    assert next(build_pair.batches(ids, cfg, gen_a))[:, 0].tolist() == starts.tolist()
+
+
+def test_fence_targets_without_header_are_counted_and_removed_by_answers_with_header():
+    # doc 1 is a transcript: <|assistant|> (id 5) at index 2, closing fence (id 7) at 10.
+    docs = [[9] * 20, [1, 4, 5, 7, 8, 8, 8, 8, 8, 8, 7, 2], [9] * 20]
+    is_chat, seq_len = [False, True, False], 12
+    n = sum(map(len, docs))
+    uniform = build_pair.fence_targets_without_header(docs, is_chat, n, seq_len, 5, 7, None)
+    # The fence at stream position 30 is a target for starts 19..29; those after
+    # <|assistant|> (position 22), 23..29, do not show the header.
+    assert uniform == {"chats": 1, "fence_target_windows": 11, "without_header": 7,
+                       "share": round(7 / 11, 4)}
+    fixed_starts = build_pair.window_starts(docs, is_chat, n, seq_len, 5)
+    fixed = build_pair.fence_targets_without_header(docs, is_chat, n, seq_len, 5, 7,
+                                                    fixed_starts)
+    # Left: the starts 19..22, every one with <|assistant|> in view.
+    assert fixed == {"chats": 1, "fence_target_windows": 4, "without_header": 0,
+                     "share": 0.0}
+
+
+def test_stream_only_counts_header_less_fence_targets_on_the_real_pipeline(
+        monkeypatch, capsys):
+    toy = dataclasses.replace(build_pair.PRESETS["h200-code-answers-with-header"],
+                              max_corpus_bytes=300_000, chat_examples=30, threads=1,
+                              corpus="stdlib-all", val_tokens=500)
+    monkeypatch.setitem(build_pair.PRESETS, "toy", toy)
+    monkeypatch.setattr(sys, "argv", ["build_pair.py", "--preset", "toy", "--stream-only",
+                                      "--tokenizer", str(TOKENIZER)])
+    build_pair.main()
+    out = json.loads(capsys.readouterr().out)
+    fence = out["fence_targets_without_header"]
+    assert out["chat_examples"] == 30 and fence["uniform"]["chats"] == 30
+    assert fence["uniform"]["share"] > 0.05
+    assert fence["answers_with_header"]["without_header"] == 0
+    assert out["allowed_starts"] < out["tokens"]
