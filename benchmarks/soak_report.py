@@ -330,13 +330,30 @@ def notes_lines(res: dict) -> list[str]:
         "## What this does not show", "",
         "A 2-core CPU machine and the bundled tiny pair: the throughput and latency "
         "figures describe this harness on this machine, not the gateway's capacity. "
-        "Backend RSS and fds are summed over each backend's process tree (`vllm serve`: "
-        "API server + engine core; the raw samples keep each process). Memory is judged "
-        "per process incarnation: a "
+        "Backend RSS and fds are summed over each backend's process tree (API server, "
+        "vLLM's resource tracker, engine core and worker, for both kinds; the raw samples "
+        "keep each process). Memory is judged per process incarnation: a "
         "killed and restarted backend starts a new series and warms up again, so a "
-        "backend that lives for less than two windows after its warm-up is not judged.",
+        "backend that lives for less than two windows after its warm-up is not judged. "
+        "Task counts are the router's (gated) and `specgw serve`'s (information); `vllm "
+        "serve` has none to read (the plugin's gauge is NaN there, its `/metrics` renders "
+        "off the event loop). `vllm serve` has no queue bound of its own, so the only "
+        "queue-bound 429s are the router's. The router reshapes a backend's 4xx body into "
+        "OpenAI's error shape; an error event inside a backend's stream is relayed as the "
+        f"backend wrote it (error events in this run, by type: {_stream_errors(res)}; "
+        "`backend_error` is the router's own, for a stream cut before `[DONE]`).",
         "",
     ]
+
+
+def _stream_errors(res: dict) -> str:
+    f = res["ledger"]["fields"]
+    kinds: dict[str, int] = {}
+    for r in res["ledger"]["rows"]:
+        if r[f.index("mid_stream")]:
+            t = str(r[f.index("err_type")])
+            kinds[t] = kinds.get(t, 0) + 1
+    return ", ".join(f"`{k}` {v}" for k, v in sorted(kinds.items())) or "none"
 
 
 def report(res: dict) -> list[str]:
