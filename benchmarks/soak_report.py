@@ -141,10 +141,14 @@ def idle_checks(res: dict) -> list[dict]:
                       f1 <= f0 + IDLE_FDS_SLACK))
     # vllm serve: the plugin's request gauge (API server) and the engine's own
     # running + waiting requests must both be back to 0.
+    # specgw's in-flight gauge is labelled by model and has no sample until the first
+    # request: absent on a restarted backend that served nothing yet (nothing in flight).
     back = {f"{n}.{k}": v for n, b in end["backends"].items() for k, v in b.items()
             if k in ("in_flight", "engine_requests", "error")}
-    out.append(_check("backends' own in-flight gauges at the end", back,
-                      all(v == 0 for v in back.values())))
+    out.append(_check("backends' own in-flight gauges at the end (in_flight None: no "
+                      "request served since a restart)", back,
+                      all(v == 0 or (v is None and k.endswith(".in_flight"))
+                          for k, v in back.items())))
     tasks = {n: (start["backends"].get(n, {}).get("tasks"), b.get("tasks"))
              for n, b in end["backends"].items()}
     out.append(_check("backend asyncio tasks, idle before -> after (last incarnation; "
@@ -203,7 +207,7 @@ def header(res: dict) -> list[str]:
 
 def verdict_lines(checks: list[dict], window_s: float) -> list[str]:
     rows = [(c["what"], c["value"] if not isinstance(c["value"], dict)
-             else ", ".join(f"{k}={v:g}" for k, v in c["value"].items()),
+             else ", ".join(f"{k}={_num(v)}" for k, v in c["value"].items()),
              ("yes" if c["ok"] else "**no**") + ("" if c["gate"] else " (info)"))
             for c in checks]
     ok = all(c["ok"] for c in checks if c["gate"])
