@@ -49,8 +49,11 @@ def ledger_checks(res: dict) -> list[dict]:
         _check("lost requests", lost, lost == 0),
         _check("ledger adds up (judged = sent)", f"{judged} = {t['sent']}",
                judged == t["sent"] == len(res["ledger"]["rows"])),
-        _check("router counters saw every request", f"{acc.get('router_counted')} = "
-               f"{acc.get('sent')}", acc.get("ok", False)),
+        _check("router counters saw every delivered request (delivered <= counted <= "
+               "sent; undelivered only client aborts)",
+               f"{acc.get('delivered', acc.get('sent'))} <= {acc.get('router_counted')} <= "
+               f"{acc.get('sent')}; undelivered non-aborts "
+               f"{acc.get('undelivered_not_aborted', 0)}", acc.get("ok", False)),
         _check("scheduled faults completed", f"{len(done)}/{len(res['faults'])}",
                len(done) == len(res["faults"]) and len(done) > 0),
         _kill_check(res["faults"]),
@@ -108,8 +111,9 @@ def rss_checks(res: dict) -> list[dict]:
     out = []
     for proc in ("router", *backends(res)):
         for pid, pts in series(res, proc).items():
-            # A restarted backend warms up again; a killed one ends at its last sample.
-            start = max(cfg["warmup_s"], pts[0][0] + cfg["warmup_s"])
+            # A restarted backend warms up again from when it was ready (its engine
+            # loads for minutes first); a killed one ends at its last sample.
+            start = max(cfg["warmup_s"], _ready_at(res, proc, pts[0][0]) + cfg["warmup_s"])
             g = growth(pts, start, min(res["load_s"], pts[-1][0]), cfg["window_s"])
             name = f"RSS growth, {proc} (pid {pid})"
             if g is None:
@@ -120,6 +124,14 @@ def rss_checks(res: dict) -> list[dict]:
                               f"({g['growth']:+.1%}, slope {g['slope_mib_per_h']:+.0f} MiB/h)",
                               g["growth"] <= RSS_GROWTH_MAX))
     return out
+
+
+def _ready_at(res: dict, proc: str, first_t: float) -> float:
+    """When the incarnation first sampled at ``first_t`` was ready: the end of the kill
+    that restarted it (0 for the first one)."""
+    kills = [f for f in res["faults"] if f["kind"] == "kill" and f["backend"] == proc
+             and f["t_start"] <= first_t and f.get("t_end") is not None]
+    return max((f["t_end"] for f in kills), default=0.0)
 
 
 def idle_checks(res: dict) -> list[dict]:

@@ -76,9 +76,14 @@ class Entry:
     detail: str | None = None
     verdict: str = ""
     reason: str | None = None
+    # The whole request (headers and body) was written to the router's socket: a client
+    # that leaves before this (on a short timeout, on a loaded machine) sent the router
+    # nothing it could count.
+    delivered: bool = False
 
     FIELDS = ("rid", "kind", "t", "dur", "status", "outcome", "err_type", "err_code",
-              "mid_stream", "ttft", "tokens", "backend", "detail", "verdict", "reason")
+              "mid_stream", "ttft", "tokens", "backend", "detail", "verdict", "reason",
+              "delivered")
 
     def row(self) -> list:
         d = asdict(self)
@@ -173,7 +178,12 @@ async def _send(client: httpx.AsyncClient, req: Request, entry: Entry, t0: float
     headers = {"x-request-id": entry.rid, "authorization": f"Bearer {req.key}",
                "content-type": "application/json"}
     content = req.body if isinstance(req.body, bytes) else json.dumps(req.body).encode()
-    async with client.stream("POST", req.path, content=content, headers=headers) as r:
+    async def trace(event: str, _info: dict) -> None:
+        if event == "http11.send_request_body.complete":
+            entry.delivered = True
+
+    async with client.stream("POST", req.path, content=content, headers=headers,
+                             extensions={"trace": trace}) as r:
         entry.status = r.status_code
         entry.backend = r.headers.get("x-backend")
         if r.status_code != 200 or not req.stream:
@@ -282,6 +292,8 @@ def judge(e: Entry, faults: Sequence[dict]) -> None:
 
 def _judge(e: Entry, in_fault: bool) -> tuple[str, str | None]:
     if e.kind == "bad_input":
+        if e.outcome == "error" and e.status == 429 and e.err_type == "rate_limit_error":
+            return _judge_429(e)  # a backend-judged bad input passes the router's queue
         if e.outcome == "error" and e.status is not None and 400 <= e.status < 500:
             if e.err_type in BAD_INPUT_TYPES:
                 return "failed_expected", None

@@ -77,10 +77,15 @@ def test_error_event_is_expected_only_while_a_fault_is_active():
     (Entry("r", "bad_input", 100.0, 1.0, 503, "error", "service_unavailable"), "lost"),
     (Entry("r", "bad_input", 100.0, 1.0, 400, "exception"), "lost"),
     (Entry("r", "bad_input", 100.0, 1.0, 400, "error", "BadRequestError", "400"), "lost"),
+    (Entry("r", "bad_input", 100.0, 1.0, 429, "error", "rate_limit_error",
+           "server_overloaded"), "failed_expected"),
+    (Entry("r", "bad_input", 100.0, 1.0, 429, "error", "rate_limit_error",
+           "rate_limit_exceeded"), "lost"),
 ], ids=["502-no-fault", "503-in-fault", "400-on-good-input", "bad-input-accepted",
         "bad-input-400", "queue-429", "key-429-on-unlimited-key", "hung", "dropped-connection",
         "bad-input-422", "bad-input-503-in-fault", "bad-input-503-no-fault",
-        "bad-input-400-not-openai-shape", "bad-input-400-vllm-type"])
+        "bad-input-400-not-openai-shape", "bad-input-400-vllm-type", "bad-input-queue-429",
+        "bad-input-key-429"])
 def test_judge(entry, verdict):
     judge(entry, FAULT)
     assert entry.verdict == verdict, entry.reason
