@@ -359,6 +359,9 @@ def notes_lines(res: dict) -> list[str]:
         f"backend wrote it (error events in this run, by type: {_stream_errors(res)}; "
         "`backend_error` is the router's own, for a stream cut before `[DONE]`).",
         "",
+        "Runs not used here (a failed first 20-minute run with the vllm serve backend, and "
+        "why): `docs/soak/README.md`.",
+        "",
     ]
 
 
