@@ -56,8 +56,22 @@ def ledger_checks(res: dict) -> list[dict]:
                f"{acc.get('undelivered_not_aborted', 0)}", acc.get("ok", False)),
         _check("scheduled faults completed", f"{len(done)}/{len(res['faults'])}",
                len(done) == len(res["faults"]) and len(done) > 0),
+        _5xx_check(res),
         _kill_check(res["faults"]),
     ]
+
+
+def _5xx_check(res: dict) -> dict:
+    """5xx answers and error events inside streams: each must be explained by a fault
+    (the judge calls an unexplained one lost; counted here on their own)."""
+    f = res["ledger"]["fields"]
+    rows = [dict(zip(f, r, strict=True)) for r in res["ledger"]["rows"]]
+    bad = [r for r in rows if (r["status"] or 0) >= 500 or r["mid_stream"]]
+    unexplained = [r for r in bad if r["verdict"] != "failed_expected"]
+    n5xx = sum((r["status"] or 0) >= 500 for r in bad)
+    return _check("unexplained 5xx or in-stream errors",
+                  f"{len(unexplained)} of {n5xx} 5xx answers + {len(bad) - n5xx} in-stream "
+                  "error events (the rest while a fault was active)", not unexplained)
 
 
 def _kill_check(faults: list[dict]) -> dict:
@@ -256,8 +270,9 @@ def fault_lines(res: dict) -> list[str]:
     ej = ", ".join(f"{b}={c[f'ejections_{b}']}" for b in bs)
     return ["## Faults", "", *md_table(["fault", "backend", "start (s)", "end (s)",
                                          "processes killed", "restart to ready (s)"], rows),
-            "", "A kill and a stall signal the backend's whole process group (`vllm serve` "
-            "runs its API server and its engine core as separate processes).", "",
+            "", "A kill and a stall signal the backend's whole process group (both kinds "
+            "run an API server, vLLM's resource tracker, an engine core and a worker "
+            "process).", "",
             f"Router counters over the run: {c['specgw_backend_failovers_total']} failovers "
             f"(retried on another backend before the first byte), ejections {ej}.", ""]
 
