@@ -1,6 +1,7 @@
-"""Reliability soak: the router in front of two real backends (``specgw serve`` with the
-bundled pair on the vLLM CPU engine, each pinned to its own core), a seeded mixed
-workload for a fixed duration, faults on a schedule, every request in a ledger.
+"""Reliability soak: the router in front of real backends serving the bundled pair on the
+vLLM CPU engine, each pinned to its own core: by default backend a is ``specgw serve``
+and backend b a stock ``vllm serve`` with the specgw plugin (``--backends``), a seeded
+mixed workload for a fixed duration, faults on a schedule, every request in a ledger.
 
 Workload (``benchmarks/soak_workload.py``): chat and completions, streamed and not,
 ``n=2``, clients that leave mid-stream (right after the headers, after 1 or 3 events),
@@ -10,7 +11,9 @@ backend's process group SIGSTOPped for longer than the router's backend timeout,
 SIGCONT) and a kill (SIGKILL, restarted on the same port). Every few seconds: RSS and
 open fds of the router and of each backend's process tree, the router's in-flight
 gauges, backend health, failovers and ejections from its ``/metrics``, and its asyncio
-task count (``specgw_event_loop_tasks``).
+task count (``specgw_event_loop_tasks``). ``vllm serve`` is a process tree (API server +
+engine core): faults signal its whole process group, samples sum the whole tree, and a
+kill checks that no process of the old tree survived.
 
     flock /tmp/specgw-engine.lock python -m benchmarks.soak --out /tmp/soak
     gzip -c /tmp/soak/soak.json > docs/soak/soak.json.gz
@@ -27,6 +30,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import json
+import math
 import os
 import random
 import signal
@@ -51,10 +55,14 @@ from benchmarks.soak_workload import (
     make_request,
     send,
 )
+from engine_ext.vllm_serve import plugin_serve_args, plugin_serve_env, serve_command
 
-FAULT_CYCLE = (("stall", "b"), ("kill", "a"), ("stall", "a"), ("kill", "b"))
-BACKEND_FLAGS = ["--log-format", "text", "--max-num-seqs", "8", "--poll-interval", "5"]
-CORES = {"a": "0", "b": "1"}  # two engines' OpenMP threads on one core starve each other
+FAULT_CYCLE = "stall:b,kill:a,stall:a,kill:b"
+BACKEND_KINDS = ("specgw", "vllm")  # specgw serve | vllm serve + the specgw plugin
+BACKEND_NAMES = "abcd"
+MAX_NUM_SEQS = 8
+SPECGW_FLAGS = ["--log-format", "text", "--max-num-seqs", str(MAX_NUM_SEQS),
+                "--poll-interval", "5"]
 
 
 @dataclass
@@ -73,15 +81,36 @@ class Config:
     window_s: float = 60.0
     deadline_s: float = 120.0  # a request with no end after this is hung (lost)
     idle_s: float = 4.0  # quiet time before the idle samples
+    # Backends a, b, ... in order. Two engines on two cores: a third would share a core
+    # (OpenMP threads of two engines on one core starve each other).
+    backends: str = "specgw,vllm"
+    faults: str = FAULT_CYCLE  # kind:backend, repeated in this order
+
+    def backend_kinds(self) -> dict[str, str]:
+        kinds = self.backends.split(",")
+        bad = [k for k in kinds if k not in BACKEND_KINDS]
+        if bad or not 1 <= len(kinds) <= len(BACKEND_NAMES):
+            raise ValueError(f"--backends: kinds from {BACKEND_KINDS}, got {self.backends!r}")
+        return dict(zip(BACKEND_NAMES, kinds, strict=False))
+
+    def fault_cycle(self) -> list[tuple[str, str]]:
+        cycle = [tuple(f.split(":")) for f in self.faults.split(",")]
+        names = self.backend_kinds()
+        if any(len(f) != 2 or f[0] not in ("stall", "kill") or f[1] not in names
+               for f in cycle):
+            raise ValueError(f"--faults: stall|kill:<backend in {list(names)}>, "
+                             f"got {self.faults!r}")
+        return cycle  # type: ignore[return-value]
 
     def schedule(self) -> list[tuple[float, str, str]]:
         """(t, kind, backend) of every fault; none so late that it outlives the run."""
         t = self.warmup_s if self.first_fault_s is None else self.first_fault_s
+        cycle = self.fault_cycle()
         out = []
         for i in range(10_000):
             if t + self.stall_s + 5 > self.duration_s:
                 break
-            kind, backend = FAULT_CYCLE[i % len(FAULT_CYCLE)]
+            kind, backend = cycle[i % len(cycle)]
             out.append((t, kind, backend))
             t += self.fault_every_s
         return out
@@ -89,23 +118,33 @@ class Config:
 
 # --------------------------------------------------------------------------- cluster
 class Cluster:
-    """Backends a and b and the router, all ``specgw serve`` on 127.0.0.1."""
+    """The backends (a, b, ...) and the router (``specgw serve``) on 127.0.0.1."""
 
     def __init__(self, cfg: Config, work: Path, log_dir: Path):
         self.cfg, self.work, self.log_dir = cfg, work, log_dir
+        self.kinds = cfg.backend_kinds()
         self.backends: dict[str, Server] = {}
-        self.restarts = {"a": 0, "b": 0}
+        self.restarts = dict.fromkeys(self.kinds, 0)
         self.stalled: set[str] = set()
         self.router: Server | None = None
 
     def _backend(self, name: str, port: int | None = None) -> Server:
         k = self.restarts[name]
-        return Server(f"soak-backend-{name}" + (f"-r{k}" if k else ""), BACKEND_FLAGS,
-                      env={"VLLM_CPU_OMP_THREADS_BIND": CORES[name]}, log_dir=self.log_dir,
+        label = f"soak-backend-{name}-{self.kinds[name]}" + (f"-r{k}" if k else "")
+        # Each engine on its own core (two engines' OpenMP threads on one core starve
+        # each other); with more backends than cores, they share round-robin.
+        core = str(BACKEND_NAMES.index(name) % (os.cpu_count() or 1))
+        if self.kinds[name] == "specgw":
+            return Server(label, SPECGW_FLAGS, env={"VLLM_CPU_OMP_THREADS_BIND": core},
+                          log_dir=self.log_dir, port=port)
+        # vllm serve wants the model first, so the port goes last (as tests/conftest.py).
+        return Server(label, [*plugin_serve_args(max_num_seqs=MAX_NUM_SEQS), "--port", "{port}"],
+                      env={**plugin_serve_env(), "VLLM_CPU_OMP_THREADS_BIND": core},
+                      cmd=serve_command(), ready_path="/health", log_dir=self.log_dir,
                       port=port)
 
     def start(self) -> None:
-        self.backends = {n: self._backend(n) for n in ("a", "b")}
+        self.backends = {n: self._backend(n) for n in self.kinds}
         threads = [threading.Thread(target=s.wait_ready) for s in self.backends.values()]
         for th in threads:
             th.start()
@@ -125,19 +164,23 @@ class Cluster:
             "--max-queue", str(self.cfg.max_queue)], log_dir=self.log_dir)
         self.router.wait_ready(120)
 
-    async def kill_and_restart(self, name: str) -> float:
-        """SIGKILL the backend's process group; restart it on its port. Returns the time
-        it took to be ready again."""
+    async def kill_and_restart(self, name: str) -> dict:
+        """SIGKILL the backend's process group; restart it on its port. Returns how many
+        processes the tree had, which of them outlived the kill (then killed one by one,
+        so the restart gets its port and core back) and the time to be ready again."""
         old = self.backends[name]
+        tree = _tree(old.proc.pid)
         os.killpg(old.proc.pid, signal.SIGKILL)
         old.proc.wait()
         old.stop()  # closes its log
+        survivors = await asyncio.to_thread(_survivors, tree)
         t = time.monotonic()
         self.restarts[name] += 1
         new = self._backend(name, port=old.port)
         self.backends[name] = new
         await asyncio.to_thread(new.wait_ready)
-        return time.monotonic() - t
+        return {"killed_procs": len(tree), "survivors": survivors,
+                "restart_s": round(time.monotonic() - t, 2)}
 
     async def stall(self, name: str, seconds: float) -> None:
         pgid = self.backends[name].proc.pid
@@ -157,20 +200,44 @@ class Cluster:
                 s.stop()
 
 
-# ------------------------------------------------------------------------- sampling
-def proc_tree(pid: int) -> dict | None:
-    """RSS and open fds of a process and all its children (the engine core included)."""
+def _tree(pid: int) -> list[psutil.Process]:
     try:
         root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-        rss = fds = 0
-        for p in procs:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                rss += p.memory_info().rss
-                fds += p.num_fds()
+        return [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
+        return []
+
+
+def _survivors(tree: list[psutil.Process], wait_s: float = 5.0) -> list[str]:
+    """Processes of a killed tree still alive after ``wait_s`` (a child in another
+    process group would escape the group's SIGKILL); each is killed here."""
+    _, alive = psutil.wait_procs(tree, timeout=wait_s)
+    out = []
+    for p in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            out.append(f"{p.pid} {p.name()}")
+            p.kill()
+    return out
+
+
+# ------------------------------------------------------------------------- sampling
+def proc_tree(pid: int) -> dict | None:
+    """RSS and open fds of a process and all its children, summed and per process (vllm
+    serve: the API server, its engine core and vLLM's helpers)."""
+    procs = _tree(pid)
+    if not procs:
         return None
-    return {"pid": pid, "rss_mib": round(rss / 2**20, 1), "fds": fds, "procs": len(procs)}
+    rss = fds = 0
+    each = []
+    for p in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            r, f = p.memory_info().rss, p.num_fds()
+            rss, fds = rss + r, fds + f
+            each.append([p.pid, p.name(), round(r / 2**20, 1), f])
+    return {"pid": pid, "rss_mib": round(rss / 2**20, 1), "fds": fds, "procs": len(each),
+            "each": each}
 
 
 ROUTER_GAUGES = ("specgw_requests_in_flight", "specgw_event_loop_tasks",
@@ -178,10 +245,10 @@ ROUTER_GAUGES = ("specgw_requests_in_flight", "specgw_event_loop_tasks",
                  "specgw_backend_failovers_total")
 
 
-def router_view(text: str) -> dict:
+def router_view(text: str, names: list[str]) -> dict:
     s = parse_metrics(text)
     out = {name: metric_sum(s, name) for name in ROUTER_GAUGES}
-    for b in ("a", "b"):
+    for b in names:
         out[f"up_{b}"] = metric_sum(s, "specgw_backend_up", backend=b)
         out[f"in_flight_{b}"] = metric_sum(s, "specgw_backend_requests_in_flight", backend=b)
         out[f"ejections_{b}"] = metric_sum(s, "specgw_backend_ejections_total", backend=b)
@@ -189,13 +256,23 @@ def router_view(text: str) -> dict:
     return out
 
 
-async def scrape_view(http: httpx.AsyncClient, url: str) -> dict | None:
+async def scrape_view(http: httpx.AsyncClient, url: str, names: list[str]) -> dict | None:
     try:
         r = await http.get(f"{url}/metrics", timeout=10)
         r.raise_for_status()
-        return router_view(r.text)
+        return router_view(r.text, names)
     except httpx.HTTPError:
         return None
+
+
+def _present(samples: dict, name: str) -> float | None:
+    """The series' sum, or None when the backend does not export it (never a made-up 0)
+    or exports NaN (vllm serve renders /metrics off its event loop, so the plugin's
+    task gauge has no loop to count)."""
+    if not any(k[0] == name for k in samples):
+        return None
+    v = metric_sum(samples, name)
+    return None if math.isnan(v) else v
 
 
 class Run:
@@ -218,19 +295,26 @@ class Run:
         for n, s in c.backends.items():
             procs[n] = proc_tree(s.proc.pid)
         return {"t": round(self.now(), 2), "procs": procs,
-                "router": await scrape_view(http, c.router.url),
+                "router": await scrape_view(http, c.router.url, list(c.kinds)),
                 "stalled": sorted(c.stalled)}
 
     async def backend_idle(self, http: httpx.AsyncClient) -> dict:
         """Each backend's own in-flight gauge and task count (only when idle: a scrape
-        of a backend refreshes its worker probes, which costs its core)."""
+        of a backend refreshes its worker probes, which costs its core). ``vllm serve``
+        exports the same two through the plugin (requests and tasks of its API server)
+        and its engine's running + waiting requests as ``vllm:num_requests_*``."""
         out = {}
         for n, s in self.cluster.backends.items():
             try:
                 text = (await http.get(f"{s.url}/metrics", timeout=30)).text
                 ps = parse_metrics(text)
-                out[n] = {"in_flight": metric_sum(ps, "specgw_requests_in_flight"),
-                          "tasks": metric_sum(ps, "specgw_event_loop_tasks")}
+                out[n] = {"in_flight": _present(ps, "specgw_requests_in_flight"),
+                          "tasks": _present(ps, "specgw_event_loop_tasks")}
+                if self.cluster.kinds[n] == "vllm":
+                    queues = [_present(ps, f"vllm:num_requests_{q}")
+                              for q in ("running", "waiting")]
+                    out[n]["engine_requests"] = (None if None in queues
+                                                 else sum(queues))  # type: ignore[arg-type]
             except httpx.HTTPError as exc:
                 out[n] = {"error": type(exc).__name__}
         return out
@@ -248,8 +332,9 @@ class Run:
                  "t_end": None}
             self.faults.append(f)
             print(f"[soak {self.now():7.1f}s] fault: {kind} {backend}", flush=True)
+            f["backend_kind"] = self.cluster.kinds[backend]
             if kind == "kill":
-                f["restart_s"] = round(await self.cluster.kill_and_restart(backend), 2)
+                f.update(await self.cluster.kill_and_restart(backend))
             else:
                 await self.cluster.stall(backend, self.cfg.stall_s)
             f["t_end"] = round(self.now(), 2)
@@ -333,25 +418,33 @@ def totals(entries: list[Entry]) -> dict:
     return t
 
 
-def router_accounting(idle: dict, n_sent: int) -> dict:
-    """The router's own counters must account for every request the clients sent: each
-    ends in specgw_requests_total, or in the per-key rate limiter before routing."""
+def router_accounting(idle: dict, entries: list[Entry]) -> dict:
+    """The router's own counters must account for every request the clients delivered:
+    each ends in specgw_requests_total, or in the per-key rate limiter before routing. A
+    request the client abandoned before it was fully written may or may not have reached
+    the router, so the count lies between the delivered and the sent requests, and only
+    a client abort may be undelivered."""
     before, after = idle["start"]["router"]["router"], idle["end"]["router"]["router"]
     if before is None or after is None:
         return {"ok": False, "why": "router /metrics not scraped"}
-    counted = sum(after[k] - before[k] for k in ("specgw_requests_total",
-                                                 "specgw_rate_limited_requests_total"))
-    return {"ok": int(counted) == n_sent, "router_counted": int(counted), "sent": n_sent}
+    counted = int(sum(after[k] - before[k] for k in ("specgw_requests_total",
+                                                     "specgw_rate_limited_requests_total")))
+    delivered = sum(e.delivered for e in entries)
+    undelivered_not_aborted = sum(not e.delivered and e.outcome != "aborted" for e in entries)
+    return {"ok": delivered <= counted <= len(entries) and undelivered_not_aborted == 0,
+            "router_counted": counted, "sent": len(entries), "delivered": delivered,
+            "undelivered_not_aborted": undelivered_not_aborted}
 
 
 def result(cfg: Config, run: Run, info: dict, started: str) -> dict:
     for e in run.entries:
         judge(e, run.faults)
     return {
-        "config": asdict(cfg), "started_utc": started, "host_cpus": os.cpu_count(),
+        "config": asdict(cfg), "backends": cfg.backend_kinds(), "started_utc": started,
+        "host_cpus": os.cpu_count(),
         "load_s": info["load_end_s"], "end_s": info["end_s"], "faults": run.faults,
         "totals": totals(run.entries), "idle": info["idle"],
-        "router_accounting": router_accounting(info["idle"], len(run.entries)),
+        "router_accounting": router_accounting(info["idle"], run.entries),
         # Requests are sent until duration_s; the last ones end a little later.
         "windows": windows(run.entries, cfg.window_s, min(cfg.duration_s, info["load_end_s"])),
         "samples": run.samples,
@@ -379,7 +472,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[Config, argparse.Namespac
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     for name, default in asdict(Config()).items():
         flag = "--" + name.replace("_", "-")
-        kind = int if isinstance(default, int) else float
+        kind = type(default) if isinstance(default, int | str) else float
         ap.add_argument(flag, type=kind, default=default)
     ap.add_argument("--out", type=Path, required=True, help="dir for soak.json")
     ap.add_argument("--log-dir", type=Path, default=LOG_DIR / "soak")

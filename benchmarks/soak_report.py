@@ -27,6 +27,14 @@ IDLE_TASKS_SLACK = 2  # router tasks at the end, idle, vs idle before the load
 IDLE_FDS_SLACK = 8  # pooled keep-alive connections may still be open
 
 
+KIND_TEXT = {"specgw": "`specgw serve`", "vllm": "`vllm serve` + specgw plugin"}
+
+
+def backends(res: dict) -> dict[str, str]:
+    """{name: kind}; runs before the vllm serve backend existed had two specgw ones."""
+    return res.get("backends") or {"a": "specgw", "b": "specgw"}
+
+
 def _check(what: str, value: object, ok: bool, gate: bool = True) -> dict:
     return {"what": what, "value": value, "ok": bool(ok), "gate": gate}
 
@@ -41,11 +49,40 @@ def ledger_checks(res: dict) -> list[dict]:
         _check("lost requests", lost, lost == 0),
         _check("ledger adds up (judged = sent)", f"{judged} = {t['sent']}",
                judged == t["sent"] == len(res["ledger"]["rows"])),
-        _check("router counters saw every request", f"{acc.get('router_counted')} = "
-               f"{acc.get('sent')}", acc.get("ok", False)),
+        _check("router counters saw every delivered request (delivered <= counted <= "
+               "sent; undelivered only client aborts)",
+               f"{acc.get('delivered', acc.get('sent'))} <= {acc.get('router_counted')} <= "
+               f"{acc.get('sent')}; undelivered non-aborts "
+               f"{acc.get('undelivered_not_aborted', 0)}", acc.get("ok", False)),
         _check("scheduled faults completed", f"{len(done)}/{len(res['faults'])}",
                len(done) == len(res["faults"]) and len(done) > 0),
+        _5xx_check(res),
+        _kill_check(res["faults"]),
     ]
+
+
+def _5xx_check(res: dict) -> dict:
+    """5xx answers and error events inside streams: each must be explained by a fault
+    (the judge calls an unexplained one lost; counted here on their own)."""
+    f = res["ledger"]["fields"]
+    rows = [dict(zip(f, r, strict=True)) for r in res["ledger"]["rows"]]
+    bad = [r for r in rows if (r["status"] or 0) >= 500 or r["mid_stream"]]
+    unexplained = [r for r in bad if r["verdict"] != "failed_expected"]
+    n5xx = sum((r["status"] or 0) >= 500 for r in bad)
+    return _check("unexplained 5xx or in-stream errors",
+                  f"{len(unexplained)} of {n5xx} 5xx answers + {len(bad) - n5xx} in-stream "
+                  "error events (the rest while a fault was active)", not unexplained)
+
+
+def _kill_check(faults: list[dict]) -> dict:
+    """A SIGKILL of a backend's process group must take its whole tree (vllm serve's
+    engine core too); a survivor would hold the core, memory and maybe the port."""
+    kills = [f for f in faults if f["kind"] == "kill"]
+    left = [s for f in kills for s in f.get("survivors", [])]
+    procs = [f.get("killed_procs") for f in kills]
+    return _check("no process outlived a backend kill",
+                  f"{len(left)} survivors of {len(kills)} kills (processes per tree {procs})",
+                  not left)
 
 
 def series(res: dict, proc: str, key: str = "rss_mib") -> dict[int, list[tuple[float, float]]]:
@@ -86,10 +123,11 @@ def _slope(xs: list[tuple[float, float]]) -> float:
 def rss_checks(res: dict) -> list[dict]:
     cfg = res["config"]
     out = []
-    for proc in ("router", "a", "b"):
+    for proc in ("router", *backends(res)):
         for pid, pts in series(res, proc).items():
-            # A restarted backend warms up again; a killed one ends at its last sample.
-            start = max(cfg["warmup_s"], pts[0][0] + cfg["warmup_s"])
+            # A restarted backend warms up again from when it was ready (its engine
+            # loads for minutes first); a killed one ends at its last sample.
+            start = max(cfg["warmup_s"], _ready_at(res, proc, pts[0][0]) + cfg["warmup_s"])
             g = growth(pts, start, min(res["load_s"], pts[-1][0]), cfg["window_s"])
             name = f"RSS growth, {proc} (pid {pid})"
             if g is None:
@@ -102,6 +140,14 @@ def rss_checks(res: dict) -> list[dict]:
     return out
 
 
+def _ready_at(res: dict, proc: str, first_t: float) -> float:
+    """When the incarnation first sampled at ``first_t`` was ready: the end of the kill
+    that restarted it (0 for the first one)."""
+    kills = [f for f in res["faults"] if f["kind"] == "kill" and f["backend"] == proc
+             and f["t_start"] <= first_t and f.get("t_end") is not None]
+    return max((f["t_end"] for f in kills), default=0.0)
+
+
 def idle_checks(res: dict) -> list[dict]:
     start, end = res["idle"]["start"], res["idle"]["end"]
     rs, re_ = start["router"], end["router"]
@@ -110,8 +156,8 @@ def idle_checks(res: dict) -> list[dict]:
         t0, t1 = rs["router"]["specgw_event_loop_tasks"], re_["router"]["specgw_event_loop_tasks"]
         out.append(_check("router asyncio tasks, idle before -> after", f"{t0:.0f} -> {t1:.0f}",
                           t1 <= t0 + IDLE_TASKS_SLACK))
-        gauges = {k: re_["router"][k] for k in ("specgw_requests_in_flight", "in_flight_a",
-                                                 "in_flight_b")}
+        gauges = {k: re_["router"][k] for k in ("specgw_requests_in_flight",
+                                                 *(f"in_flight_{b}" for b in backends(res)))}
         out.append(_check("router in-flight gauges at the end", gauges,
                           not any(gauges.values())))
     else:
@@ -119,10 +165,27 @@ def idle_checks(res: dict) -> list[dict]:
     f0, f1 = rs["procs"]["router"]["fds"], re_["procs"]["router"]["fds"]
     out.append(_check("router open fds, idle before -> after", f"{f0} -> {f1}",
                       f1 <= f0 + IDLE_FDS_SLACK))
-    back = {n: b.get("in_flight") for n, b in end["backends"].items()}
-    out.append(_check("backends' own in-flight gauges at the end", back,
-                      all(v == 0 for v in back.values())))
+    # vllm serve: the plugin's request gauge (API server) and the engine's own
+    # running + waiting requests must both be back to 0.
+    # specgw's in-flight gauge is labelled by model and has no sample until the first
+    # request: absent on a restarted backend that served nothing yet (nothing in flight).
+    back = {f"{n}.{k}": v for n, b in end["backends"].items() for k, v in b.items()
+            if k in ("in_flight", "engine_requests", "error")}
+    out.append(_check("backends' own in-flight gauges at the end (in_flight None: no "
+                      "request served since a restart)", back,
+                      all(v == 0 or (v is None and k.endswith(".in_flight"))
+                          for k, v in back.items())))
+    tasks = {n: (start["backends"].get(n, {}).get("tasks"), b.get("tasks"))
+             for n, b in end["backends"].items()}
+    out.append(_check("backend asyncio tasks, idle before -> after (last incarnation; "
+                      "vllm serve exports none)", ", ".join(
+                          f"{n}: {_num(t0)} -> {_num(t1)}" for n, (t0, t1) in tasks.items()),
+                      True, gate=False))
     return out
+
+
+def _num(v: float | None) -> str:
+    return "n/a" if v is None or v != v else f"{v:.0f}"
 
 
 def verdicts(res: dict) -> list[dict]:
@@ -134,7 +197,7 @@ def counters(res: dict) -> dict:
     """Failovers and ejections over the run (last sample minus the idle start)."""
     first = res["idle"]["start"]["router"]["router"] or {}
     last = next((s["router"] for s in reversed(res["samples"]) if s["router"]), {})
-    keys = ("specgw_backend_failovers_total", "ejections_a", "ejections_b")
+    keys = ("specgw_backend_failovers_total", *(f"ejections_{b}" for b in backends(res)))
     return {k: int(last.get(k, 0) - first.get(k, 0)) for k in keys}
 
 
@@ -142,8 +205,11 @@ def header(res: dict) -> list[str]:
     cfg, t = res["config"], res["totals"]
     kills = sum(f["kind"] == "kill" for f in res["faults"])
     stalls = sum(f["kind"] == "stall" for f in res["faults"])
+    first = cfg["warmup_s"] if cfg.get("first_fault_s") is None else cfg["first_fault_s"]
+    bs = backends(res)
+    listing = ", ".join(f"{n}: {KIND_TEXT[k]}" for n, k in bs.items())
     return [
-        "# Reliability soak: router + two backends, faults on a schedule",
+        f"# Reliability soak: router + {len(bs)} backends, faults on a schedule",
         "",
         f"Generated by `python -m benchmarks.soak_report` from `{res.get('_path', '?')}` "
         "(raw data, written by `benchmarks/soak.py`); every verdict below is computed from it.",
@@ -153,19 +219,21 @@ def header(res: dict) -> list[str]:
         f"concurrent clients on a {res['host_cpus']}-core machine. The router "
         f"(`specgw serve --backends-file`, backend timeout {cfg['backend_timeout_s']:g} s, "
         f"--max-concurrency {cfg['max_concurrency']}, --max-queue {cfg['max_queue']}, "
-        f"one API key with a {LIMITED_RPM} rpm budget) in front of two `specgw serve` backends "
-        "(bundled tiny-code-llama + EAGLE-3 pair, vLLM CPU engine, one core each). "
-        f"{t['sent']} requests; {kills} backend kills (SIGKILL, restart on the same "
-        f"port) and {stalls} stalls (SIGSTOP for {cfg['stall_s']:g} s, then SIGCONT), "
-        f"alternating between the backends every {cfg['fault_every_s']:g} s after a "
-        f"{cfg['warmup_s']:g} s warm-up.",
+        f"one API key with a {LIMITED_RPM} rpm budget) in front of {len(bs)} backends "
+        f"({listing}; each the bundled tiny-code-llama + EAGLE-3 pair on the vLLM CPU "
+        f"engine, pinned to one core). "
+        f"{t['sent']} requests; {kills} backend kill(s) (SIGKILL to the backend's process "
+        f"group, restart on the same port) and {stalls} stall(s) (SIGSTOP to the group for "
+        f"{cfg['stall_s']:g} s, then SIGCONT), one every {cfg['fault_every_s']:g} s from "
+        f"{first:g} s, in the order `{cfg.get('faults', 'stall:b,kill:a,stall:a,kill:b')}` "
+        "(fault:backend, repeated).",
         "",
     ]
 
 
 def verdict_lines(checks: list[dict], window_s: float) -> list[str]:
     rows = [(c["what"], c["value"] if not isinstance(c["value"], dict)
-             else ", ".join(f"{k}={v:g}" for k, v in c["value"].items()),
+             else ", ".join(f"{k}={_num(v)}" for k, v in c["value"].items()),
              ("yes" if c["ok"] else "**no**") + ("" if c["gate"] else " (info)"))
             for c in checks]
     ok = all(c["ok"] for c in checks if c["gate"])
@@ -195,14 +263,18 @@ def ledger_lines(res: dict) -> list[str]:
 
 
 def fault_lines(res: dict) -> list[str]:
-    rows = [(f["kind"], f["backend"], f["t_start"], f["t_end"], f.get("restart_s"))
-            for f in res["faults"]]
+    bs = backends(res)
+    rows = [(f["kind"], f"{f['backend']} ({KIND_TEXT[bs[f['backend']]]})", f["t_start"],
+             f["t_end"], f.get("killed_procs"), f.get("restart_s")) for f in res["faults"]]
     c = counters(res)
+    ej = ", ".join(f"{b}={c[f'ejections_{b}']}" for b in bs)
     return ["## Faults", "", *md_table(["fault", "backend", "start (s)", "end (s)",
-                                         "restart to ready (s)"], rows), "",
+                                         "processes killed", "restart to ready (s)"], rows),
+            "", "A kill and a stall signal the backend's whole process group (both kinds "
+            "run an API server, vLLM's resource tracker, an engine core and a worker "
+            "process).", "",
             f"Router counters over the run: {c['specgw_backend_failovers_total']} failovers "
-            f"(retried on the other backend before the first byte), ejections a="
-            f"{c['ejections_a']}, b={c['ejections_b']}.", ""]
+            f"(retried on another backend before the first byte), ejections {ej}.", ""]
 
 
 def window_lines(res: dict) -> list[str]:
@@ -235,10 +307,12 @@ def plot(res: dict, path: Path) -> None:
     ax[1].plot(mid, [w["ttft_p50_s"] for w in ws], "s-", label="TTFT p50")
     ax[1].plot(mid, [w["ttft_p99_s"] for w in ws], "s--", label="TTFT p99")
     ax[1].set_ylabel("s")
-    for proc in ("router", "a", "b"):
+    bs = backends(res)
+    for j, proc in enumerate(("router", *bs)):
         for i, pts in enumerate(series(res, proc).values()):
-            ax[2].plot(*zip(*pts, strict=True), label=f"{proc}" if i == 0 else None,
-                       color={"router": "C0", "a": "C1", "b": "C2"}[proc])
+            label = proc if proc == "router" else f"{proc} ({bs[proc]})"
+            ax[2].plot(*zip(*pts, strict=True), label=label if i == 0 else None,
+                       color=f"C{j}")
     ax[2].set_ylabel("RSS MiB")
     ax[2].set_yscale("log")
     rs = [s for s in res["samples"] if s["router"]]
@@ -268,7 +342,11 @@ def notes_lines(res: dict) -> list[str]:
         "(client exceptions are recorded on it, never raised). **succeeded**: HTTP 200 "
         "with every choice finished (`finish_reason` set), and for a stream `[DONE]` with "
         "no error event. **failed_expected**: an OpenAI error body (or error event) that "
-        "the request kind or a fault explains: bad input -> 4xx; 429 `server_overloaded` "
+        "the request kind or a fault explains: bad input -> 4xx with an OpenAI error type "
+        "(`invalid_request_error` or `not_found_error`; some refused by the router's own "
+        "validation, some - a prompt over the 2048-token context, `max_tokens` over it - only "
+        "by a backend, whose 4xx the router passes on in OpenAI's shape, also while a fault "
+        "is active 502/503/504); 429 `server_overloaded` "
         f"(router slots + queue full, provoked by bursts of {BURST}); 429 "
         f"`rate_limit_exceeded` on the key with a {LIMITED_RPM} rpm budget; 502/503/504 or an "
         "error event inside a stream only while a fault was active (from its start to "
@@ -282,13 +360,34 @@ def notes_lines(res: dict) -> list[str]:
         "all along rather than a scheduled fault.", "",
         "## What this does not show", "",
         "A 2-core CPU machine and the bundled tiny pair: the throughput and latency "
-        "figures describe this harness on this machine, not the gateway's capacity. The "
-        "backends are `specgw serve` (in-process engine); a stock `vllm serve` + plugin "
-        "backend is not part of this run. Memory is judged per process incarnation: a "
+        "figures describe this harness on this machine, not the gateway's capacity. "
+        "Backend RSS and fds are summed over each backend's process tree (API server, "
+        "vLLM's resource tracker, engine core and worker, for both kinds; the raw samples "
+        "keep each process). Memory is judged per process incarnation: a "
         "killed and restarted backend starts a new series and warms up again, so a "
-        "backend that lives for less than two windows after its warm-up is not judged.",
+        "backend that lives for less than two windows after its warm-up is not judged. "
+        "Task counts are the router's (gated) and `specgw serve`'s (information); `vllm "
+        "serve` has none to read (the plugin's gauge is NaN there, its `/metrics` renders "
+        "off the event loop). `vllm serve` has no queue bound of its own, so the only "
+        "queue-bound 429s are the router's. The router reshapes a backend's 4xx body into "
+        "OpenAI's error shape; an error event inside a backend's stream is relayed as the "
+        f"backend wrote it (error events in this run, by type: {_stream_errors(res)}; "
+        "`backend_error` is the router's own, for a stream cut before `[DONE]`).",
+        "",
+        "Runs not used here (a failed first 20-minute run with the vllm serve backend, and "
+        "why): `docs/soak/README.md`.",
         "",
     ]
+
+
+def _stream_errors(res: dict) -> str:
+    f = res["ledger"]["fields"]
+    kinds: dict[str, int] = {}
+    for r in res["ledger"]["rows"]:
+        if r[f.index("mid_stream")]:
+            t = str(r[f.index("err_type")])
+            kinds[t] = kinds.get(t, 0) + 1
+    return ", ".join(f"`{k}` {v}" for k, v in sorted(kinds.items())) or "none"
 
 
 def report(res: dict) -> list[str]:

@@ -31,10 +31,18 @@ KINDS: dict[str, float] = {
     "abort": 1.5, "slow_stream": 1, "bad_input": 1, "limited": 0.7, "burst": 0.3,
 }
 BURST = 8  # requests a burst fires at once: more than the router's slots + queue
+# The types a refused request may carry: OpenAI's, which the router gives whatever the
+# backend wrote (vLLM's own server says e.g. "BadRequestError" with code 400).
+BAD_INPUT_TYPES = {"invalid_request_error", "not_found_error"}
 FAULT_GRACE_S = 20.0  # after a fault ends: passive ejection (10 s) + health checks (2 s)
 ERROR_STATUS_AFTER_FAULT = {502, 503, 504}
 
-# Bad input the gateway must refuse with a clear 4xx (status, raw body or JSON body).
+# A prompt far over the backends' context (--max-model-len 2048 for both kinds): only a
+# backend knows its context length, so the router must pass the backend's 4xx through.
+LONG_PROMPT = "def f(x):\n    return x + 1\n" * 1500
+# Bad input that must end in a clear 4xx (status, raw body or JSON body). The status is
+# what specgw serve answers; any OpenAI-style 4xx is accepted, since the two kinds of
+# backend differ on some (vLLM's server answers 400 where FastAPI validation says 422).
 BAD_INPUTS: list[tuple[int, str, object]] = [
     (400, "/v1/chat/completions", {"model": MODEL, "messages": "not a list"}),
     (400, "/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": -3}),
@@ -42,6 +50,12 @@ BAD_INPUTS: list[tuple[int, str, object]] = [
     (400, "/v1/completions", b'{"model": "tiny-code-llama", "prompt": '),
     (400, "/v1/chat/completions", {"model": MODEL, "messages": [], "n": 0}),
     (404, "/v1/completions", {"model": "no-such-model", "prompt": "x", "max_tokens": 4}),
+    # Refused by the backend, not by the router's validation:
+    (400, "/v1/completions", {"model": MODEL, "prompt": LONG_PROMPT, "max_tokens": 4}),
+    (400, "/v1/chat/completions", {"model": MODEL, "max_tokens": 4, "stream": True,
+                                   "messages": [{"role": "user", "content": LONG_PROMPT}]}),
+    (400, "/v1/chat/completions", {"model": MODEL, "max_tokens": 100_000,
+                                   "messages": [{"role": "user", "content": "hi"}]}),
 ]
 
 
@@ -62,9 +76,14 @@ class Entry:
     detail: str | None = None
     verdict: str = ""
     reason: str | None = None
+    # The whole request (headers and body) was written to the router's socket: a client
+    # that leaves before this (on a short timeout, on a loaded machine) sent the router
+    # nothing it could count.
+    delivered: bool = False
 
     FIELDS = ("rid", "kind", "t", "dur", "status", "outcome", "err_type", "err_code",
-              "mid_stream", "ttft", "tokens", "backend", "detail", "verdict", "reason")
+              "mid_stream", "ttft", "tokens", "backend", "detail", "verdict", "reason",
+              "delivered")
 
     def row(self) -> list:
         d = asdict(self)
@@ -159,7 +178,12 @@ async def _send(client: httpx.AsyncClient, req: Request, entry: Entry, t0: float
     headers = {"x-request-id": entry.rid, "authorization": f"Bearer {req.key}",
                "content-type": "application/json"}
     content = req.body if isinstance(req.body, bytes) else json.dumps(req.body).encode()
-    async with client.stream("POST", req.path, content=content, headers=headers) as r:
+    async def trace(event: str, _info: dict) -> None:
+        if event == "http11.send_request_body.complete":
+            entry.delivered = True
+
+    async with client.stream("POST", req.path, content=content, headers=headers,
+                             extensions={"trace": trace}) as r:
         entry.status = r.status_code
         entry.backend = r.headers.get("x-backend")
         if r.status_code != 200 or not req.stream:
@@ -268,7 +292,14 @@ def judge(e: Entry, faults: Sequence[dict]) -> None:
 
 def _judge(e: Entry, in_fault: bool) -> tuple[str, str | None]:
     if e.kind == "bad_input":
+        if e.outcome == "error" and e.status == 429 and e.err_type == "rate_limit_error":
+            return _judge_429(e)  # a backend-judged bad input passes the router's queue
         if e.outcome == "error" and e.status is not None and 400 <= e.status < 500:
+            if e.err_type in BAD_INPUT_TYPES:
+                return "failed_expected", None
+            return "lost", f"bad input answered {e.status} with type {e.err_type!r}"
+        # Bad input a backend judges reaches a backend, so a fault may answer first.
+        if e.outcome == "error" and e.status in ERROR_STATUS_AFTER_FAULT and in_fault:
             return "failed_expected", None
         return "lost", f"bad input answered {e.status} ({e.outcome})"
     if e.outcome == "ok":

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import httpx
 from fastapi.responses import Response
 
+from gateway.backend_errors import openai_error_body
 from gateway.context import RequestContext
 from gateway.errors import OpenAIError
 from gateway.sse import SSEResponse, sse_error
@@ -155,6 +156,9 @@ class RemoteBackend:
             raise OpenAIError(f"backend {self.name} failed mid-response: "
                               f"{type(exc).__name__}", 502, "backend_error") from exc
         ctx.finish(status)
+        if status >= 400:  # one error vocabulary whichever kind of backend answered
+            return Response(openai_error_body(status, content, self.name), status_code=status,
+                            headers=headers, media_type="application/json")
         return Response(content, status_code=status, headers=headers,
                         media_type=resp.headers.get("content-type", "application/json"))
 

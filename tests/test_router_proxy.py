@@ -44,9 +44,26 @@ async def _stream(mode: str):
     # mode "end": a clean close, but without [DONE]
 
 
+# 4xx answers as other servers write them (the first as vLLM 0.32's server answered a
+# too-long prompt in the soak, the second vLLM 0.26's top-level shape, the third no JSON).
+BACKEND_4XX = {
+    "vllm400": (400, {"error": {"message": "This model's maximum context length is 2048 "
+                                "tokens.", "type": "BadRequestError", "param": None,
+                                "code": 400}}),
+    "vllm026": (400, {"object": "error", "message": "too long", "type": "BadRequestError",
+                      "param": "prompt", "code": 400}),
+    "text413": (413, b"<html>Request Entity Too Large</html>"),
+}
+
+
 async def completions(request: Request):
     body = await request.json()
     mode = body["prompt"]
+    if mode in BACKEND_4XX:  # refused before any generation, streamed or not
+        status, answer = BACKEND_4XX[mode]
+        if isinstance(answer, bytes):
+            return PlainTextResponse(answer, status, media_type="text/html")
+        return JSONResponse(answer, status)
     if body.get("stream"):
         return StreamingResponse(_stream(mode), media_type="text/event-stream")
     if mode == "fail500":  # the backend's own server error, before any byte
@@ -142,6 +159,25 @@ def test_non_stream_broken_mid_body_is_502_counted_once(router):
     assert requests_total(router.url, "502") == before + 1
     ok = httpx.post(f"{router.url}/v1/completions", json=completion("fine", False), timeout=30)
     assert ok.status_code == 200 and ok.json()["choices"][0]["text"] == "ok"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+@pytest.mark.parametrize("mode,status,message,param", [
+    ("vllm400", 400, "This model's maximum context length is 2048 tokens.", None),
+    ("vllm026", 400, "too long", "prompt"),
+    ("text413", 413, "backend up answered HTTP 413: <html>Request Entity Too Large</html>",
+     None),
+], ids=["vllm-0.32", "vllm-0.26", "not-json"])
+def test_backend_4xx_reaches_the_client_in_openai_shape(router, mode, status, message, param,
+                                                        stream):
+    """Whichever kind of backend refused a request, the client gets the backend's status
+    and message in the one error shape specgw answers with (type snake_case, code a
+    string or null, never vLLM's exception class name and HTTP status)."""
+    r = httpx.post(f"{router.url}/v1/completions", json=completion(mode, stream), timeout=30)
+    assert r.status_code == status and r.headers["x-backend"] == "up"
+    assert r.headers["content-type"] == "application/json"
+    assert r.json() == {"error": {"message": message, "type": "invalid_request_error",
+                                  "param": param, "code": None}}
 
 
 def test_limiter_refuses_with_429_when_full_then_recovers(router):
