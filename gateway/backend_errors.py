@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import json
 
+MAX_PARSED = 64 * 1024  # an error body larger than this is not read as JSON
+MAX_MESSAGE = 2000  # characters of a backend's message passed on
+
 # The ``type`` OpenAI (and specgw) gives each 4xx status; any other 4xx is a bad request.
 TYPE_BY_STATUS = {401: "authentication_error", 403: "permission_error",
                   404: "not_found_error", 429: "rate_limit_error"}
@@ -28,11 +31,11 @@ def openai_error_body(status: int, raw: bytes, backend: str) -> bytes:
         text = raw.decode("utf-8", "replace").strip()[:200]
         err = {"message": f"backend {backend} answered HTTP {status}: {text or '(empty)'}"}
     kind = err.get("type")
-    if kind not in KNOWN_TYPES:
+    if not isinstance(kind, str) or kind not in KNOWN_TYPES:
         kind = TYPE_BY_STATUS.get(status, "invalid_request_error")
     code, param = err.get("code"), err.get("param")
     return json.dumps({"error": {
-        "message": str(err.get("message") or f"HTTP {status}"),
+        "message": str(err.get("message") or f"HTTP {status}")[:MAX_MESSAGE],
         "type": kind,
         "param": param if isinstance(param, str) else None,
         "code": code if isinstance(code, str) else None,  # vLLM puts the status here
@@ -40,9 +43,11 @@ def openai_error_body(status: int, raw: bytes, backend: str) -> bytes:
 
 
 def _backend_error(raw: bytes) -> dict | None:
+    if len(raw) > MAX_PARSED:
+        return None
     try:
         obj = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
         return None
     if not isinstance(obj, dict):
         return None
