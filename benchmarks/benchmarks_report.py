@@ -120,6 +120,30 @@ def probe_table(rs: RunSet, st: dict) -> list[str]:
                      "repetitions meeting it"], rows)
 
 
+def config_evidence(rs: RunSet) -> list[str]:
+    """Whether the engines' own logged configurations are identical, and where not, which
+    top-level settings differ (the harness states one configuration for all)."""
+    import re
+
+    from benchmarks.serve_compare_data import engine_evidence
+
+    def settings(v: str) -> dict[str, str]:
+        line = next((ln.split("with config:", 1)[1] for ln in rs.log_lines(v)
+                     if "with config:" in ln), "")
+        return dict(re.findall(r"(\w+)=((?:[^,{]|\{[^}]*\})*)", line))
+
+    engines = [v for v in rs.variants() if engine_evidence(rs.log_lines(v))["config_digest"]]
+    digests = {v: engine_evidence(rs.log_lines(v))["config_digest"] for v in engines}
+    if len(set(digests.values())) <= 1:
+        return [f"The engines of `{rs.label}` logged identical configurations "
+                f"({', '.join(engines)})."]
+    a, b = settings("specgw"), settings("vllm")
+    diff = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+    return [f"The engines' own 'with config:' lines differ between specgw and vllm serve in: "
+            f"{', '.join(f'`{k}`' for k in diff) or 'formatting only'} (the harness passes "
+            "the same stated configuration to both; `docs/serve_compare.md` has the digests)."]
+
+
 def probe_reading(rs: RunSet, st: dict) -> list[str]:
     """Per concurrency: is the overhead shown, excluded or not resolved by the reps?"""
     out = []
@@ -142,7 +166,8 @@ def probe_cost_lines(rs: RunSet, cost: dict) -> list[str]:
     scopes per step (runner V2, k=3: a first pass and one fused replay of k-1 steps)."""
     med = cost["median_us"]
     per_step = {i: m["forward_scope"] + m["propose_2_forwards"] for i, m in med.items()}
-    lines = [f"The probes' bookkeeping alone (`benchmarks/probe_cost.py`, "
+    lines = [f"The probes' ledger work alone, a lower bound of what they add (the wrappers' "
+             f"own calls are not in it) (`benchmarks/probe_cost.py`, "
              f"`docs/probe_cost.json`: {cost['reps']} repetitions of {cost['n']} calls, "
              f"rotated, on {cost['machine']['cpu_count']}-core {cost['machine']['cpu']} "
              f"with Python {cost['machine']['python']}, {cost['date']}; not the device's "
@@ -168,10 +193,11 @@ def probe_cost_lines(rs: RunSet, cost: dict) -> list[str]:
              if s.lo > T_PROBES.threshold}
     for c, s in shown.items():
         row = next(r for r in rows if r[0] == c)
+        ran = list(per_step).index(f"at {cost['baseline']}") + 2 if cost.get("baseline") else -1
         out += ["", f"At c={c}, where this run set shows an overhead ({s.text('{:+.1f}')} %), "
-                f"the bookkeeping of the probes as they ran there (the last column) is "
-                f"{row[-1]} of a step: it does not account for the gap, whose cause these "
-                "runs do not establish."]
+                f"the ledger as of `{cost.get('baseline') or 'this revision'}` (the one this "
+                f"run set served with) costs {row[ran]} of a step: that work does not account "
+                "for the gap, whose cause these runs do not establish."]
     return out
 
 
@@ -181,17 +207,22 @@ def swing_text(rs: RunSet) -> str:
             f"`vllm serve`'s {b:.0f}%.")
 
 
-def speed_causes(rs: RunSet) -> list[str]:
-    """What the data says about target 1's misses: how far vllm serve itself moves."""
+def speed_causes(rs: RunSet, st: dict) -> list[str]:
+    """Target 1 per cell, from the paired repetitions: a consistent deficit (every pair
+    below 1) is not noise; pairs on both sides of 1 are."""
     lines = []
     for c in rs.conc():
-        a, b = rs.values("specgw", c, "output_throughput"), rs.values("vllm", c,
-                                                                      "output_throughput")
-        if a and b:
-            lines.append(f"* c={c}: specgw {min(a):.0f}-{max(a):.0f} tok/s, vllm serve "
-                         f"{min(b):.0f}-{max(b):.0f} tok/s over {len(a)} repetitions: the "
-                         "ranges " + ("overlap" if min(a) <= max(b) and min(b) <= max(a)
-                                      else "do not overlap") + ".")
+        s = st.get(("specgw", "vllm", c))
+        if not s:
+            continue
+        below = sum(r < 1 for r in s["ratios"])
+        if below == len(s["ratios"]):
+            what = "every paired repetition below 1: a consistent deficit, not noise"
+        elif below == 0:
+            what = "every paired repetition at or above 1"
+        else:
+            what = f"{below} of {len(s['ratios'])} paired repetitions below 1, the rest above"
+        lines.append(f"* c={c}: {s['ratio'].text('{:.2f}')}, {what}.")
     return lines
 
 
@@ -240,19 +271,23 @@ def spec_verdicts(sets: list[RunSet]) -> tuple[list[list[object]], list[str]]:
     if one:
         s = Spread.of(one)
         rows.append(["4", str(T_SPEC), s.text("{:.2f}"), verdict(T_SPEC.met(s.median))])
-        al = statistics.median(acceptance_lengths(sets, "vllm", 1))
-        tp = [statistics.median(values(sets, v, 1, "median_tpot_ms"))
-              for v in ("vllm-nospec", "vllm")]
-        # TPOT x tokens per step = the time of one step: a plain decode step vs one
-        # speculative step (3 drafter passes + a 4-token verify + rejection sampling).
-        step, need = tp[1] * al / tp[0], T_SPEC.threshold * tp[1] * al / tp[0]
+        tp = [t for t in ratios(pooled(sets, "vllm", "vllm-nospec", 1, "median_tpot_ms"))]
+        al = statistics.median(r["server_acceptance"]["acceptance_length"] for rs in sets
+                               for r in rs.runs("vllm", 1)
+                               if any(rr["rep"] == r["rep"] for rr in rs.runs("vllm-nospec", 1)))
+        # TPOT x tokens per step = the time of one step, so a speculative step (3 drafter
+        # passes + a 4-token verify + rejection sampling) over a plain decode step is the
+        # paired TPOT ratio times the acceptance length.
+        steps = Spread.of([t * al for t in tp])
+        need = T_SPEC.threshold * steps.median
         notes.append(
-            f"* At c=1 a plain decode step takes {tp[0]:.2f} ms (TPOT p50, median of the "
-            f"runs). A speculative step yields {al:.2f} tokens (acceptance length, vLLM's "
-            f"counters) and takes {tp[1] * al:.2f} ms (TPOT p50 x acceptance length): "
-            f"{step:.2f} plain steps. {T_SPEC.threshold:g}x at this acceptance length needs "
-            f"a speculative step of at most {al / T_SPEC.threshold:.2f} plain steps; at this "
-            f"step cost it needs an acceptance length of {need:.2f} (k=3 caps it at 4).")
+            f"* At c=1 a speculative step yields {al:.2f} tokens (acceptance length, vLLM's "
+            f"counters, median of the paired runs) and costs {steps.text('{:.2f}')} plain "
+            f"decode steps (paired TPOT p50 ratio x acceptance length, median (min-max) "
+            f"over {steps.n} pairs). {T_SPEC.threshold:g}x at this acceptance length needs "
+            f"a speculative step of at most {al / T_SPEC.threshold:.2f} plain steps; at the "
+            f"median step cost it needs an acceptance length of {need:.2f} (k=3 caps it "
+            "at 4).")
     med = {c: statistics.median(r) for c in concurrencies(sets)
            if (r := ratios(pooled(sets, "vllm", "vllm-nospec", c)))}
     below = [c for c, m in med.items() if m < 1]
@@ -294,6 +329,7 @@ def drafter_table(sets: list[RunSet]) -> list[str]:
 def pair_text(info: dict) -> str:
     c, t = info["config"], info.get("target", {})
     h = info.get("head", {})
+    epochs = (t.get("steps_done") or 0) * c["batch_size"] * c["seq_len"] / info["tokens"]
     return (f"Pair (`{SC}/pair_1b_build_info.json`, `models/build_pair.py --preset "
             f"{info['preset']}` on the {info.get('gpu', 'device')}, "
             f"{info['build_seconds']:.0f} s): "
@@ -308,7 +344,9 @@ def pair_text(info: dict) -> str:
             "teacher-forced top-1 agreement "
             f"{'/'.join(f'{a:.2f}' for a in info['head_train_top1_per_step'])} at draft "
             "positions 1-3. Both phases were cut to the device session's budget (a fitted "
-            "schedule): the target is far from converged.")
+            f"schedule): the target saw {epochs:.1f} passes over its corpus, and its held-out "
+            f"loss is {t.get('eval_loss', float('nan')) - info['target_final_loss']:.2f} nats "
+            "above its training loss.")
 
 
 # --------------------------------------------------------------------------- document
@@ -317,12 +355,12 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
     st = pair_stats(serve)
     rows = serve_rows(serve, st)
     srows, snotes = spec_verdicts(spec) if spec else ([], [])
-    png = out.with_name(f"{out.stem}_{serve.label}.png")
+    png = out.with_name(f"serve_compare_{serve.label}.png")  # serve_compare_report's too
     cmd = ("python -m benchmarks.benchmarks_report --serve " + str(serve.src) +
            "".join(f" --spec {rs.src}" for rs in spec) +
            "".join(f" --earlier {rs.src}" for rs in earlier))
     lines = ["# Benchmarks: specgw serve vs vllm serve, probe overhead, router, and when "
-             "speculation pays (H200, vLLM 0.26)", "",
+             f"speculation pays ({serve.meta['device_name']}, vLLM {serve.meta['vllm']})", "",
              "<!-- Generated by benchmarks/benchmarks_report.py from the raw JSON; do not edit "
              "by hand. -->", "",
              f"`{cmd}`. Every number and verdict below is computed from the raw runs "
@@ -350,9 +388,9 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
     if plot(serve, st, png):
         lines += [f"![error bars]({png.name})", ""]
     lines += [*main_table(serve), "", *ratio_table(serve, st), "",
-              "Why target 1 is not met where it is not: every server swings by tens of "
-              "percent between repetitions minutes apart, `vllm serve` included:", "",
-              *speed_causes(serve), "",
+              "Target 1 cell by cell, from the paired repetitions:", "",
+              *speed_causes(serve, st), "",
+              *config_evidence(serve), "",
               "Fixed since the previous device run and in this run set: the router's panic "
               "routing and keep-alive expiry, the `/ready` health probe, and `gc.freeze()` "
               "of specgw's start-up heap. specgw's c=64 swings are not removed: "
@@ -373,9 +411,10 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
     if spec:
         lines += ["## 4. When speculation pays: a 1 B target built on the device", "",
                   *([pair_text(info), ""] if info else []),
-                  "Stock `vllm serve` (`SPECGW_PROBES=0`, no plugin) with and without "
-                  "`--speculative-config` (EAGLE-3, k=3, vLLM's default runner), same engine "
-                  "configuration otherwise:", "", *spec_table(spec), "", *snotes, "",
+                  "`vllm serve` (`SPECGW_PROBES=0`: our installed plugin registers nothing) "
+                  "with and without `--speculative-config` (EAGLE-3, k=3, vLLM's default "
+                  "runner), same engine configuration otherwise:", "", *spec_table(spec), "",
+                  *snotes, "",
                   "Piecewise drafter vs eager drafter, runner V1 (`VLLM_USE_V2_MODEL_RUNNER=0`) "
                   "with the specgw plugin in `vllm serve` (its compiled drafter replays the "
                   "piecewise graphs; its probes count them), the eager one with "
