@@ -48,7 +48,8 @@ def mode_name(mode: object) -> str:
 
 class _Scope:
     """One open forward; also its own context manager. A thread reuses its scope objects
-    by nesting depth, so a forward allocates nothing but its counter key."""
+    by nesting depth (no scope object per forward), so ``Ledger.forward()`` must be
+    entered at once: a second ``forward()`` at the same depth relabels the first."""
 
     __slots__ = (
         "counted",
@@ -67,9 +68,8 @@ class _Scope:
     def __init__(self, ledger: Ledger, thread: _Thread):
         self.ledger, self.thread = ledger, thread
 
-    def __enter__(self) -> _Scope:
+    def __enter__(self) -> None:
         self.thread.depth += 1
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.thread.depth -= 1
@@ -336,7 +336,10 @@ class Ledger:
         return total
 
     def snapshot(self) -> dict:
-        """Plain-data view for ``collective_rpc`` (msgpack/pickle friendly)."""
+        """Plain-data view for ``collective_rpc`` (msgpack/pickle friendly). Each counter
+        is copied whole, but the counters one after another: read from a thread other
+        than the one counting, two counters may be one forward apart. vLLM's workers run
+        ``collective_rpc`` on the thread that runs the model, between forwards."""
         forwards, replays = self._merged("forwards"), self._merged("replays")
         expected, replayed = self._merged("pieces_expected"), self._merged("pieces_replayed")
         with self._lock:
