@@ -205,3 +205,11 @@ def test_stream_only_counts_header_less_fence_targets_on_the_real_pipeline(
     assert fence["uniform"]["share"] > 0.05
     assert fence["answers_with_header"]["without_header"] == 0
     assert out["allowed_starts"] < out["tokens"]
+
+
+def test_a_fitted_schedule_keeps_its_warm_up_ramp_when_the_step_count_shrinks():
+    w = build_pair.FIT_WARMUP
+    assert w > build_pair.FIT_AFTER  # the fit happens inside the ramp
+    for step in range(w):  # the same ramp whatever the fitted total
+        assert build_pair.lr_at(step, 2000, 1.0, w) == build_pair.lr_at(step, 349, 1.0, w)
+    assert build_pair.lr_at(w - 1, 349, 1.0, w) == 1.0
