@@ -323,8 +323,12 @@ def main() -> int:
     ap.add_argument("--only", action="append", default=[], metavar="VARIANT=C1,C2",
                     help="run VARIANT at these concurrencies only (repeatable)")
     a = ap.parse_args()
+    if any("=" not in o for o in a.only):
+        ap.error("--only takes VARIANT=C1,C2")
     a.only = {v: ints(cs) for v, _, cs in (o.partition("=") for o in a.only)}
-    bad = [v for v in [*a.variants, *a.only] if v not in VARIANTS]
+    if stray := [v for v in a.only if v not in a.variants]:
+        ap.error(f"--only names variants not in --variants: {stray}")
+    bad = [v for v in a.variants if v not in VARIANTS]
     if bad:
         ap.error(f"unknown variants {bad}; choose from {VARIANTS}")
     a.deadline = time.time() + a.budget_s if a.budget_s else 0
