@@ -28,6 +28,7 @@ import platform
 import subprocess
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import httpx
@@ -71,20 +72,31 @@ CHAT_PROMPTS = [
 ]
 
 
-def parses(prompt: str, completion: str, finished: bool) -> tuple[bool, int]:
-    """Does prompt + the completion's first PARSE_LINES complete lines parse?
+def kept_text(prompt: str, completion: str, finished: bool) -> tuple[str, list[str]]:
+    """prompt + the completion's first PARSE_LINES complete lines, and those lines.
 
     A completion cut by max_tokens ends in a partial line, which is dropped; one the
     model ended itself (eos) is kept whole.
     """
     lines = completion.split("\n")
-    kept = lines if finished else lines[:-1]
-    kept = kept[:PARSE_LINES]
-    try:
-        ast.parse(prompt + "\n".join(kept))
-    except (SyntaxError, ValueError):
-        return False, len(kept)
-    return True, len(kept)
+    kept = (lines if finished else lines[:-1])[:PARSE_LINES]
+    return prompt + "\n".join(kept), kept
+
+
+def parses_text(src: str) -> bool:
+    with warnings.catch_warnings():  # invalid escapes in model output warn, not fail
+        warnings.simplefilter("ignore")
+        try:
+            ast.parse(src)
+        except (SyntaxError, ValueError):
+            return False
+    return True
+
+
+def parses(prompt: str, completion: str, finished: bool) -> tuple[bool, int]:
+    """Does prompt + the completion's first PARSE_LINES complete lines parse?"""
+    text, kept = kept_text(prompt, completion, finished)
+    return parses_text(text), len(kept)
 
 
 def fenced_code(answer: str) -> str | None:

@@ -42,21 +42,20 @@ from collections import Counter
 from pathlib import Path
 
 from benchmarks.harness import ROOT
-from benchmarks.model_quality import PARSE_LINES, PROMPTS, TARGETS, parses
+from benchmarks.model_quality import (
+    PARSE_LINES,
+    PROMPTS,
+    TARGETS,
+    kept_text,
+    parses,
+    parses_text,
+)
 from benchmarks.report import md_table, write
 
 FENCE = "fence leak"
 CUT = "cut inside an unfinished structure"
 SYNTAX = "syntax error"
 CLASSES = ("parses", FENCE, CUT, SYNTAX)
-
-
-def kept_text(prompt: str, completion: str, finished: bool) -> tuple[str, list[str]]:
-    """What ``model_quality.parses`` hands to ``ast.parse``: prompt + the first
-    PARSE_LINES complete lines (the partial last line dropped unless the model ended)."""
-    lines = completion.split("\n")
-    kept = (lines if finished else lines[:-1])[:PARSE_LINES]
-    return prompt + "\n".join(kept), kept
 
 
 def open_structure(text: str) -> str:
@@ -82,7 +81,7 @@ def open_structure(text: str) -> str:
     for ln in reversed(code):  # a try: whose except/finally is past the cut
         if ln.lstrip().startswith("try:"):
             ind = ln[: len(ln) - len(ln.lstrip())]
-            if _parses(f"{text.rstrip()}\n{ind}finally:\n{ind}    pass\n"):
+            if parses_text(f"{text.rstrip()}\n{ind}finally:\n{ind}    pass\n"):
                 return "try without its except/finally"
     return "other"
 
@@ -96,7 +95,7 @@ def classify(prompt: str, completion: str, finished: bool) -> dict:
                        else "20-line cut" if len(kept) == PARSE_LINES else "token limit")}
     # The longest prefix (in complete lines) that parses: how close a failure came.
     row["longest_parsing_prefix"] = next(
-        (n for n in range(len(kept), -1, -1) if _parses(prompt + "\n".join(kept[:n]))), None)
+        (n for n in range(len(kept), -1, -1) if parses_text(prompt + "\n".join(kept[:n]))), None)
     if ok:
         return row
     with warnings.catch_warnings():
@@ -117,16 +116,6 @@ def classify(prompt: str, completion: str, finished: bool) -> dict:
     cls = FENCE if fence_at is not None and line_no >= fence_at else SYNTAX
     return row | {"class": cls, "error": getattr(err, "msg", str(err)), "error_line": bad,
                   "error_lineno_in_completion": line_no - prompt.count("\n")}
-
-
-def _parses(src: str) -> bool:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            ast.parse(src)
-        except (SyntaxError, ValueError):
-            return False
-    return True
 
 
 def model_rows(data: dict, label: str) -> list[dict]:
