@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 from benchmarks.harness import MODEL, ROOT, Server
-from benchmarks.model_quality import PROMPTS, TARGETS, acceptance_pass, checkout
+from benchmarks.model_quality import PROMPTS, TARGETS, acceptance_pass, checkout, pair_mb
 from benchmarks.report import Spread, Target, beats, md_table, num, verdict, write
 
 K = 3
@@ -119,10 +119,14 @@ def values(phase: dict, label: str, key: str) -> list[float]:
     return [s[key] for s in phase["samples"] if s["pair"] == label and key in s]
 
 
+def sample(phase: dict, rep: int, label: str) -> dict:
+    """``label``'s measured start in round ``rep``."""
+    return next(s for s in phase["samples"] if s["rep"] == rep and s["pair"] == label)
+
+
 def paired(phase: dict, label: str, key: str) -> list[float]:
     """``key`` of ``label`` per round, in round order."""
-    return [next(s[key] for s in phase["samples"] if s["rep"] == rep and s["pair"] == label)
-            for rep in range(len(phase["order"]))]
+    return [sample(phase, rep, label)[key] for rep in range(len(phase["order"]))]
 
 
 def checks(data: dict) -> list[dict]:
@@ -200,15 +204,10 @@ def report(data: dict) -> list[str]:
                                if phase["cache"] == "warm" else []),
                              "load avg before (new / old)"],
                             [[rep, " ".join(order),
-                              *[next(s["start_s"] for s in phase["samples"]
-                                     if s["rep"] == rep and s["pair"] == p)
-                                for p in (new, old)],
-                              *([next(s.get("tokens_per_s") for s in phase["samples"]
-                                      if s["rep"] == rep and s["pair"] == p)
-                                 for p in (new, old)] if phase["cache"] == "warm" else []),
-                              " / ".join(str(next(s["loadavg_1m_before"]
-                                                  for s in phase["samples"]
-                                                  if s["rep"] == rep and s["pair"] == p))
+                              *[sample(phase, rep, p)["start_s"] for p in (new, old)],
+                              *([sample(phase, rep, p).get("tokens_per_s") for p in (new, old)]
+                                if phase["cache"] == "warm" else []),
+                              " / ".join(str(sample(phase, rep, p)["loadavg_1m_before"])
                                          for p in (new, old))]
                              for rep, order in enumerate(phase["order"])]), ""]
         if phase["discarded"]:
@@ -260,8 +259,7 @@ def main() -> None:
                 # build_info.json of the first pair has no preset key: it is cpu-5m's.
                 "preset": info.get("preset", "cpu-5m"),
                 "hidden_size": info.get("config", {}).get("hidden_size"),
-                "mb": round(sum(f.stat().st_size for f in pair.rglob("*") if f.is_file())
-                            / 1e6, 2),
+                "mb": pair_mb(pair),
                 "weights_sha256_16": pair_digest(pair)}
         data["meta"] = {"date": dt.date.today().isoformat(), "machine": platform.machine(),
                         "cpus": os.cpu_count(), "python": platform.python_version(),
