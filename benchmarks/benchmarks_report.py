@@ -59,13 +59,11 @@ def ratios(pairs: Pairs) -> list[float]:
     return [x / y for x, y in pairs if y]
 
 
-def values(sets: list[RunSet], v: str, c: int, key: str) -> list[float]:
-    return [x for rs in sets for x in rs.values(v, c, key)]
-
-
-def acceptance_lengths(sets: list[RunSet], v: str, c: int) -> list[float]:
-    return [r["server_acceptance"]["acceptance_length"] for rs in sets for r in rs.runs(v, c)
-            if r["server_acceptance"].get("acceptance_length")]
+def paired_acceptance(sets: list[RunSet], a: str, b: str, c: int) -> list[float]:
+    """``a``'s acceptance lengths (server counters) in the repetitions paired with ``b``."""
+    return [ra["server_acceptance"]["acceptance_length"] for rs in sets
+            for ra, _ in rs.paired_runs(a, b, c)
+            if ra["server_acceptance"].get("acceptance_length")]
 
 
 def concurrencies(sets: list[RunSet]) -> list[int]:
@@ -254,9 +252,9 @@ def spec_table(sets: list[RunSet]) -> list[str]:
         if not pairs:
             continue
         r = Spread.of(ratios(pairs))
-        tpot = [statistics.median(values(sets, v, c, "median_tpot_ms"))
-                for v in ("vllm-nospec", "vllm")]
-        al = acceptance_lengths(sets, "vllm", c)
+        tp = pooled(sets, "vllm", "vllm-nospec", c, "median_tpot_ms")
+        tpot = [statistics.median(y for _, y in tp), statistics.median(x for x, _ in tp)]
+        al = paired_acceptance(sets, "vllm", "vllm-nospec", c)
         rows.append([c, len(pairs), Spread.of([y for _, y in pairs]).text(),
                      Spread.of([x for x, _ in pairs]).text(), r.text("{:.2f}"),
                      f"{sum(x > y for x, y in pairs)} of {len(pairs)}",
@@ -264,8 +262,9 @@ def spec_table(sets: list[RunSet]) -> list[str]:
                      num(statistics.median(al)) if al else None])
     return md_table(["concurrency", "paired reps", "no speculation tok/s median (min-max)",
                      "EAGLE-3 k=3 tok/s", "ratio median (min-max)",
-                     "reps where speculation is faster", "TPOT p50 ms none / EAGLE-3",
-                     "acceptance length"], rows)
+                     "reps where speculation is faster",
+                     "TPOT p50 ms none / EAGLE-3 (median of the paired runs)",
+                     "acceptance length (paired runs)"], rows)
 
 
 def spec_verdicts(sets: list[RunSet]) -> tuple[list[list[object]], list[str]]:
@@ -276,10 +275,8 @@ def spec_verdicts(sets: list[RunSet]) -> tuple[list[list[object]], list[str]]:
     if one:
         s = Spread.of(one)
         rows.append(["4", str(T_SPEC), s.text("{:.2f}"), verdict(T_SPEC.met(s.median))])
-        tp = [t for t in ratios(pooled(sets, "vllm", "vllm-nospec", 1, "median_tpot_ms"))]
-        al = statistics.median(r["server_acceptance"]["acceptance_length"] for rs in sets
-                               for r in rs.runs("vllm", 1)
-                               if any(rr["rep"] == r["rep"] for rr in rs.runs("vllm-nospec", 1)))
+        tp = ratios(pooled(sets, "vllm", "vllm-nospec", 1, "median_tpot_ms"))
+        al = statistics.median(paired_acceptance(sets, "vllm", "vllm-nospec", 1))
         # TPOT x tokens per step = the time of one step, so a speculative step (3 drafter
         # passes + a 4-token verify + rejection sampling) over a plain decode step is the
         # paired TPOT ratio times the acceptance length.

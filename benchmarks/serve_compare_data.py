@@ -51,12 +51,16 @@ class RunSet:
     def values(self, v: str, c: int, key: str) -> list[float]:
         return [r["bench"][key] for r in self.runs(v, c) if r["bench"].get(key) is not None]
 
-    def paired(self, a: str, b: str, c: int, key: str) -> list[tuple[float, float]]:
-        """(a, b) values of the repetitions both ran (same repetition, same concurrency:
+    def paired_runs(self, a: str, b: str, c: int) -> list[tuple[dict, dict]]:
+        """(a, b) runs of the repetitions both ran (same repetition, same concurrency:
         seconds apart, in the rotated order)."""
-        rb = {r["rep"]: r["bench"].get(key) for r in self.runs(b, c)}
-        return [(r["bench"][key], rb[r["rep"]]) for r in self.runs(a, c)
-                if r["bench"].get(key) is not None and rb.get(r["rep"]) is not None]
+        rb = {r["rep"]: r for r in self.runs(b, c)}
+        return [(r, rb[r["rep"]]) for r in self.runs(a, c) if r["rep"] in rb]
+
+    def paired(self, a: str, b: str, c: int, key: str) -> list[tuple[float, float]]:
+        """(a, b) values of ``key`` of the repetitions both ran with it."""
+        return [(ra["bench"][key], rb["bench"][key]) for ra, rb in self.paired_runs(a, b, c)
+                if ra["bench"].get(key) is not None and rb["bench"].get(key) is not None]
 
     def requests(self, v: str) -> tuple[int, int]:
         """(completed, failed) over every run of ``v``."""
