@@ -620,6 +620,29 @@ def over_budget(phase: str, t0: float, budget: float, step: int) -> bool:
     return False
 
 
+class Schedule:
+    """One training phase's steps and learning rate: ``steps`` under a wall-clock
+    ``budget`` (0: none), fitted to the budget's pace after FIT_AFTER steps when ``fit``."""
+
+    def __init__(self, phase: str, steps: int, budget: float, peak: float, fit: bool):
+        self.phase, self.total, self.budget, self.peak, self.fit = (
+            phase, steps, budget, peak, fit)
+        self.t0, self.t_warm = time.time(), 0.0
+
+    def lr(self, step: int) -> float | None:
+        """The learning rate of ``step``, or None when the phase ends before it."""
+        if step == 2:
+            self.t_warm = time.time()
+        if self.fit and self.budget and step == FIT_AFTER:
+            self.total = fitted_steps(self.total, self.budget, self.t0, self.t_warm, step)
+        if step >= self.total or over_budget(self.phase, self.t0, self.budget, step):
+            return None
+        return lr_at(step, self.total, self.peak, FIT_WARMUP if self.fit else 0)
+
+    def seconds(self) -> float:
+        return round(time.time() - self.t0, 1)
+
+
 def progress(phase: str, step: int, total: int, t0: float, **vals) -> None:
     # One log line now and then: the device's log is a file, where tqdm's bar is noise.
     if step % 250 == 0 or step == total - 1:
@@ -650,17 +673,15 @@ def train_target(model, ids: torch.Tensor, cfg: BuildConfig,
     data = batches(ids, cfg, gen, allowed)
     loss_val = float("nan")
     recent: list[float] = []
-    t0, steps_done, total, t_warm = time.time(), 0, cfg.target_steps, 0.0
+    steps_done = 0
+    sched = Schedule("target", cfg.target_steps, cfg.target_budget_s, cfg.target_lr,
+                     cfg.fit_schedule)
     for step in (bar := tqdm(range(cfg.target_steps), desc="target", unit="step",
                              mininterval=10)):
-        if step == 2:
-            t_warm = time.time()
-        if cfg.fit_schedule and cfg.target_budget_s and step == FIT_AFTER:
-            total = fitted_steps(total, cfg.target_budget_s, t0, t_warm, step)
-        if step >= total or over_budget("target", t0, cfg.target_budget_s, step):
+        if (lr := sched.lr(step)) is None:
             break
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, total, cfg.target_lr, FIT_WARMUP if cfg.fit_schedule else 0)
+            g["lr"] = lr
         x = next(data)
         with autocast(cfg):
             out = model(input_ids=x, labels=x)
@@ -672,11 +693,11 @@ def train_target(model, ids: torch.Tensor, cfg: BuildConfig,
         recent = [*recent[-99:], loss_val]
         steps_done = step + 1
         bar.set_postfix(loss=f"{loss_val:.3f}")
-        progress("target", step, total, t0, loss=f"{loss_val:.3f}")
+        progress("target", step, sched.total, sched.t0, loss=f"{loss_val:.3f}")
     model.eval()
     return {"final_loss": loss_val, "mean_last_100": sum(recent) / max(1, len(recent)),
-            "steps_done": steps_done, "steps_scheduled": total,
-            "seconds": round(time.time() - t0, 1)}
+            "steps_done": steps_done, "steps_scheduled": sched.total,
+            "seconds": sched.seconds()}
 
 
 # ------------------------------------------------------------------------- EAGLE-3 head
@@ -767,17 +788,14 @@ def train_head(target, ids: torch.Tensor, cfg: BuildConfig, d2t_ids: torch.Tenso
     data = batches(ids, cfg, gen, allowed)
     n = cfg.seq_len - 1 - cfg.ttt_steps
     hist = {"loss": float("nan"), "acc": [], "steps_done": 0}
-    t0, total, t_warm = time.time(), cfg.head_steps, 0.0
+    sched = Schedule("eagle3", cfg.head_steps, cfg.head_budget_s, cfg.head_lr,
+                     cfg.fit_schedule)
     for step in (bar := tqdm(range(cfg.head_steps), desc="eagle3", unit="step",
                              mininterval=10)):
-        if step == 2:
-            t_warm = time.time()
-        if cfg.fit_schedule and cfg.head_budget_s and step == FIT_AFTER:
-            total = fitted_steps(total, cfg.head_budget_s, t0, t_warm, step)
-        if step >= total or over_budget("eagle3", t0, cfg.head_budget_s, step):
+        if (lr := sched.lr(step)) is None:
             break
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, total, cfg.head_lr, FIT_WARMUP if cfg.fit_schedule else 0)
+            g["lr"] = lr
         x = next(data)
         with autocast(cfg):
             aux, tlogits = target_features(target, x, cfg.aux_layers)
@@ -813,8 +831,8 @@ def train_head(target, ids: torch.Tensor, cfg: BuildConfig, d2t_ids: torch.Tenso
         hist["loss"], hist["acc"], hist["steps_done"] = loss.item(), accs, step + 1
         acc = "/".join(f"{a:.2f}" for a in accs)
         bar.set_postfix(loss=f"{hist['loss']:.3f}", acc=acc)
-        progress("eagle3", step, total, t0, loss=f"{hist['loss']:.3f}", acc=acc)
-    hist["seconds"], hist["steps_scheduled"] = round(time.time() - t0, 1), total
+        progress("eagle3", step, sched.total, sched.t0, loss=f"{hist['loss']:.3f}", acc=acc)
+    hist["seconds"], hist["steps_scheduled"] = sched.seconds(), sched.total
     return head, t2d, hist
 
 
