@@ -8,6 +8,8 @@ Servers (``--variants``, any subset; each a real process on 127.0.0.1):
 * ``specgw-probes-off`` ``specgw`` with ``SPECGW_PROBES=0`` (no probes; this also skips the
                         compiled-drafter registration, which only runner V1 needs)
 * ``specgw-poll-1s``    ``specgw`` with ``--poll-interval 1`` (default 5 s)
+* ``specgw-2``          a second ``specgw`` process, identical: how far two instances of
+                        one server differ (the floor under every cross-process ratio)
 * ``router``            ``specgw serve --backend`` in front of the ``vllm`` server (routing
                         only, no engine of its own): router overhead vs ``vllm``
 * ``specgw-defaults`` / ``vllm-defaults``  each server with only model, draft and k given
@@ -71,7 +73,7 @@ from benchmarks.harness import (
 )
 
 SERVED = "bench"
-VARIANTS = ("specgw", "vllm", "specgw-probes-off", "specgw-poll-1s", "router",
+VARIANTS = ("specgw", "specgw-2", "vllm", "specgw-probes-off", "specgw-poll-1s", "router",
             "specgw-defaults", "vllm-defaults", "vllm-nospec", "vllm-v1-piecewise",
             "vllm-v1-eager-draft")
 V1_PLUGIN = ("vllm-v1-piecewise", "vllm-v1-eager-draft")

@@ -36,9 +36,10 @@ PAIRS = (("specgw", "vllm", "specgw serve vs vllm serve, same engine configurati
          ("specgw-defaults", "vllm-defaults", "each server's defaults"),
          ("specgw", "specgw-probes-off", "probes on (poll 5 s) vs off"),
          ("specgw-poll-1s", "specgw-probes-off", "probes on (poll 1 s) vs off"),
-         ("router", "vllm", "specgw router in front of vllm serve vs vllm serve directly"))
+         ("router", "vllm", "specgw router in front of vllm serve vs vllm serve directly"),
+         ("specgw-2", "specgw", "a second, identical specgw serve process vs the first"))
 ALL_VARIANTS = ("specgw", "vllm", "specgw-probes-off", "specgw-poll-1s", "router",
-                "specgw-defaults", "vllm-defaults")
+                "specgw-defaults", "vllm-defaults", "specgw-2")
 # One colour per server in every plot.
 COLOR = {v: f"C{i}" for i, v in enumerate(ALL_VARIANTS)}
 T_SPEED = Target("specgw / vllm serve output tok/s (median of paired ratios)", ">=", 1.0)

@@ -22,7 +22,7 @@ from engine_ext.internals.table import InternalsTable
 
 log = logging.getLogger("engine_ext.collector")
 
-RpcFn = Callable[[str, float], Awaitable[list[Any]]]
+RpcFn = Callable[[str, float, tuple], Awaitable[list[Any]]]  # (method, timeout, args)
 
 
 def all_engines_rpc(engine_client: Any, table: InternalsTable) -> RpcFn:
@@ -32,14 +32,15 @@ def all_engines_rpc(engine_client: Any, table: InternalsTable) -> RpcFn:
     call_one = getattr(core, table.core_utility_method, None)
 
     if not engines or call_one is None:  # an in-process engine core: one engine
-        async def rpc_single(method: str, timeout: float) -> list[Any]:
-            return tag_engine(0, 1, await engine_client.collective_rpc(method, timeout=timeout))
+        async def rpc_single(method: str, timeout: float, args: tuple = ()) -> list[Any]:
+            return tag_engine(0, 1, await engine_client.collective_rpc(
+                method, timeout=timeout, args=args))
 
         return rpc_single
 
-    async def rpc(method: str, timeout: float) -> list[Any]:
+    async def rpc(method: str, timeout: float, args: tuple = ()) -> list[Any]:
         per_engine = await asyncio.gather(*(
-            call_one("collective_rpc", method, timeout, (), None, engine=e) for e in engines))
+            call_one("collective_rpc", method, timeout, args, None, engine=e) for e in engines))
         out: list[Any] = []
         for idx, results in enumerate(per_engine):
             out.extend(tag_engine(idx, len(results), results))
@@ -75,14 +76,16 @@ class ProbePoller:
         self.poll_interval_s = poll_interval_s
         self.self_check: dict[str, Any] | None = None
         self.snapshots: list[dict] = []  # the last refresh's, one per rank
+        self.enabled = True  # the workers' probes are in (switch())
         self._lock = asyncio.Lock()
         self._task: asyncio.Task | None = None
         VLLM_DERIVED.add_model(model_name)
 
-    async def collective_rpc(self, method: str, timeout: float = 10.0) -> list[Any]:
+    async def collective_rpc(self, method: str, timeout: float = 10.0,
+                             args: tuple = ()) -> list[Any]:
         # Serialised: each call occupies the engine's step loop on every rank.
         async with self._lock:
-            return await asyncio.wait_for(self._rpc(method, timeout), timeout)
+            return await asyncio.wait_for(self._rpc(method, timeout, args), timeout)
 
     async def start(self) -> dict[str, Any]:
         from engine_ext.self_check import run_self_check
@@ -92,10 +95,34 @@ class ProbePoller:
         self._task = asyncio.create_task(self._poll_loop(), name="specgw-probe-poller")
         return self.self_check
 
+    async def switch(self, enabled: bool, poll_interval_s: float | None = None
+                     ) -> dict[str, Any]:
+        """Probes in or out on every rank, and the poll interval. While out, nothing is
+        polled and a scrape does not refresh: the engine runs as if specgw were absent.
+        One snapshot is taken on the way out, so the counters end where the probes did."""
+        if poll_interval_s is not None:
+            self.poll_interval_s = poll_interval_s
+        if not enabled and self.enabled:
+            await self.refresh()
+        ranks = await self.collective_rpc("specgw_probes_set", args=(enabled,))
+        self.enabled = enabled
+        if enabled:
+            await self.refresh()
+        else:  # the last counts stay exported, marked off (coverage 0, hit ratios NaN)
+            from monitoring import metrics as m
+
+            self.snapshots = [{**snap, "enabled": False} for snap in self.snapshots]
+            m.PROBES.update(self.model_name, self.snapshots)
+        return {"enabled": self.enabled, "poll_interval_s": self.poll_interval_s,
+                "ranks": ranks}
+
     async def refresh(self) -> list[dict]:
-        """Pull every rank's ledger into the Prometheus collector."""
+        """Pull every rank's ledger into the Prometheus collector (the last snapshots
+        while the probes are switched off)."""
         from monitoring import metrics as m
 
+        if not self.enabled:
+            return self.snapshots
         snaps = await self.collective_rpc("specgw_probe_snapshot")
         m.PROBES.update(self.model_name, snaps)
         self.snapshots = snaps
@@ -103,6 +130,7 @@ class ProbePoller:
 
     async def _poll_loop(self) -> None:
         while True:
+            # Read each round: switch() may change it.
             await asyncio.sleep(self.poll_interval_s)
             try:
                 await self.refresh()

@@ -10,8 +10,9 @@ vLLM loads it in the API server process only, and only when it is named in
   ``collective_rpc`` methods that read the probes).
 
 What it adds to vLLM's server, nothing else: ``/v1/engine/self_check``,
-``/v1/engine/probes``, our ``specgw_*`` families on vLLM's own ``/metrics`` (probes are
-refreshed from every rank right before each scrape and every poll interval), and
+``/v1/engine/probes`` (GET: the ledgers; POST: switch the probes in or out), our
+``specgw_*`` families on vLLM's own ``/metrics`` (probes are refreshed from every rank
+right before each scrape and every poll interval), and
 request counters for ``/v1/chat/completions`` and ``/v1/completions`` (the same
 ``specgw_requests_*`` series ``specgw serve`` exports, so one dashboard fits both).
 A missing partner is one clear log line, never a failed start.
@@ -29,6 +30,9 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engine_ext.engine import WORKER_EXTENSION
+
+# Module level: FastAPI resolves the route's (postponed) annotation in these globals.
+from gateway.protocol import ProbeSwitchRequest
 
 log = logging.getLogger("engine_ext.endpoint_plugin")
 
@@ -70,6 +74,13 @@ class SpecgwEndpoints:
             if self.probes is None:
                 return _error(self.problem or "probes are not ready", 503)
             return JSONResponse(await self.probes.refresh())
+
+        @router.post("/v1/engine/probes")
+        async def switch_probes(body: ProbeSwitchRequest) -> JSONResponse:
+            """Probes in or out on every worker (and the poll interval), no restart."""
+            if self.probes is None:
+                return _error(self.problem or "probes are not ready", 503)
+            return JSONResponse(await self.probes.switch(body.enabled, body.poll_interval_s))
 
         app.include_router(router)
         app.add_middleware(SpecgwMetricsMiddleware, plugin=self)

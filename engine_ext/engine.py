@@ -254,6 +254,11 @@ class SpecEngine:
             return []
         return await self._probes.refresh()
 
+    async def switch_probes(self, enabled: bool, poll_interval_s: float | None = None
+                            ) -> dict[str, Any]:
+        assert self._probes is not None
+        return await self._probes.switch(enabled, poll_interval_s)
+
     async def shutdown(self) -> None:
         from monitoring import metrics as m
 

@@ -28,6 +28,14 @@ class ProbeWorkerExtension:
             getattr(propose, "__specgw_probe__", False))
         return snap
 
+    def specgw_probes_set(self, enabled: bool) -> dict[str, Any]:
+        """Switch this worker's probes in or out (between forwards: vLLM runs
+        ``collective_rpc`` on the model's thread between steps)."""
+        from engine_ext.internals.install import set_enabled
+
+        return {"rank": _rank(self), "enabled": bool(enabled),
+                "wrappers": set_enabled(bool(enabled))}
+
     def specgw_recorded_drafts(self) -> list:
         """Draft token ids proposed so far (only with SPECGW_RECORD_DRAFTS=1)."""
         from engine_ext.probes.ledger import LEDGER

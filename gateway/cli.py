@@ -12,11 +12,20 @@ import os
 import sys
 
 from engine_ext.settings import EngineSettings
+from gateway.protocol import MIN_POLL_INTERVAL_S
 from gateway.routing import DEFAULT_POLICIES, POLICIES
 
 
 def _env(name: str, default=None):
     return os.environ.get(f"SPECGW_{name}", default)
+
+
+def _poll_interval(text: str) -> float:
+    value = float(text)
+    if not MIN_POLL_INTERVAL_S <= value <= 3600:
+        raise argparse.ArgumentTypeError(
+            f"must be between {MIN_POLL_INTERVAL_S:g} and 3600 seconds, got {text}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,8 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
                         f"(choices: {', '.join(POLICIES)})")
     s.add_argument("--drain-timeout", type=float, default=float(_env("DRAIN_TIMEOUT", "30")),
                    help="on SIGTERM: stop accepting, let streams finish for this long")
-    s.add_argument("--poll-interval", type=float, default=float(_env("POLL_INTERVAL", "5")),
-                   help="seconds between worker probe polls (collective_rpc)")
+    s.add_argument("--poll-interval", type=_poll_interval,
+                   default=_env("POLL_INTERVAL", "5"),  # a string: argparse applies type
+                   help="seconds between worker probe polls (collective_rpc), at least "
+                        f"{MIN_POLL_INTERVAL_S:g}")
     s.add_argument("--tool-call-parser", default=_env("TOOL_CALL_PARSER"),
                    help='vLLM tool-call parser for tool_choice "auto" (e.g. hermes); '
                         'without it "auto" is refused with a 400')

@@ -71,6 +71,11 @@ class SpecEngine(Protocol):
 
     async def refresh_probes(self) -> list[dict]: ...
 
+    async def switch_probes(self, enabled: bool, poll_interval_s: float | None
+                            ) -> dict[str, Any]:
+        """Every worker's probes in or out; ``poll_interval_s`` None keeps it."""
+        ...
+
     @property
     def tokenizer(self) -> Tokenizer: ...
 

@@ -203,3 +203,16 @@ class CompletionRequest(_SamplingFields):
         if all(isinstance(x, int) for x in p):
             return [list(p)]  # one prompt of token ids
         return list(p)
+
+
+MIN_POLL_INTERVAL_S = 1.0  # each poll takes a slot in the engine's step loop
+
+
+class ProbeSwitchRequest(BaseModel):
+    """``POST /v1/engine/probes``: the workers' probes in or out, and the poll interval
+    (an operator's switch, and the probe-cost benchmark's A/B inside one server)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: StrictBool
+    poll_interval_s: Annotated[float, Field(ge=MIN_POLL_INTERVAL_S, le=3600.0)] | None = None

@@ -17,7 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from gateway.dispatch import Dispatcher
 from gateway.engine_api import SpecEngine
 from gateway.errors import OpenAIError
-from gateway.protocol import ChatCompletionRequest, CompletionRequest
+from gateway.protocol import ChatCompletionRequest, CompletionRequest, ProbeSwitchRequest
 from gateway.remote_backend import RemoteBackend
 from gateway.routing import Router
 from gateway.strict_json import StrictJSONRoute
@@ -91,6 +91,15 @@ async def probes(request: Request) -> Response:
     if not engine.ready:
         raise OpenAIError("engine is not ready", 503, "service_unavailable")
     return JSONResponse(await engine.refresh_probes())
+
+
+@api_routes.post("/v1/engine/probes")
+async def switch_probes(request: Request, body: ProbeSwitchRequest) -> Response:
+    """Probes in or out on every worker (and the poll interval), without a restart."""
+    engine = require_engine(request)
+    if not engine.ready:
+        raise OpenAIError("engine is not ready", 503, "service_unavailable")
+    return JSONResponse(await engine.switch_probes(body.enabled, body.poll_interval_s))
 
 
 @ops_routes.get("/v1/engine/self_check")

@@ -243,8 +243,8 @@ def _families() -> _Families:
     )
     coverage = GaugeMetricFamily(
         "specgw_probe_coverage",
-        "1 if every forward path of this role is probed, 0 if some path is not "
-        "(then hit ratios are unknown, never assumed 100%).",
+        "1 if every forward path of this role is probed, 0 if some path is not or the "
+        "probes are switched off (then hit ratios are unknown, never assumed 100%).",
         labels=["model", "role"],
     )
     return _Families(forwards, replayed, partial, eager, silent, unknown, pieces_replayed,
@@ -311,6 +311,8 @@ def coverage_by_role(snaps: list[dict]) -> dict[str, bool]:
         return {}
     out = {"target": True, "draft": True}
     for snap in snaps:
+        if not snap.get("enabled", True):  # switched off: no path is probed right now
+            out["target"] = out["draft"] = False
         runner = snap.get("runner", "v1")
         inst = snap.get("installed", {})
         # Piece probes serve both roles: without them pieces cannot be told apart.

@@ -138,3 +138,48 @@ def test_startup_heap_is_frozen_out_of_the_collector(server):
     is up, so full collections while serving do not walk it (docs/serve_compare.md)."""
     found = re.findall(r"froze (\d+) start-up objects", server.log_path.read_text())
     assert len(found) == 1 and int(found[0]) > 100_000, found
+
+
+def switch(base_url: str, body: dict) -> httpx.Response:
+    return httpx.post(f"{base_url}/v1/engine/probes", json=body, timeout=30)
+
+
+def test_probes_switched_out_count_nothing_and_back_in_count_again(base_url, client):
+    """``POST /v1/engine/probes`` takes the wrappers out of the worker: a request served
+    meanwhile leaves no trace in the ledger; back in, the next one counts as before."""
+    def one_request() -> None:
+        client.completions.create(model=MODEL, prompt="def f(x):\n", max_tokens=12,
+                                  temperature=0, extra_body={"ignore_eos": True})
+
+    before = probes(base_url)
+    off = switch(base_url, {"enabled": False, "poll_interval_s": 2})
+    try:
+        assert off.status_code == 200, off.text
+        body = off.json()
+        assert body["enabled"] is False and body["poll_interval_s"] == 2
+        assert [r["enabled"] for r in body["ranks"]] == [False]
+        assert body["ranks"][0]["wrappers"] >= 10
+        one_request()
+        # Switched off: coverage reads 0 (no path is probed), never a stale 1.
+        assert metric_sum(scrape(base_url), "specgw_probe_coverage", role="draft") == 0
+    finally:
+        on = switch(base_url, {"enabled": True, "poll_interval_s": 5})
+    assert on.status_code == 200 and on.json()["enabled"] is True
+    during = probes(base_url)
+    assert during["snap"]["enabled"] is True
+    assert delta(during["counts"], before["counts"]) == {}
+    assert during["snap"]["proposes"] == before["snap"]["proposes"]
+    one_request()
+    after = probes(base_url)
+    assert after["counts"][("target", "forward", "none", "eager")] > \
+        during["counts"][("target", "forward", "none", "eager")]
+    assert metric_sum(scrape(base_url), "specgw_probe_coverage", role="draft") == 1
+
+
+def test_probe_switch_refuses_bad_bodies_with_a_400(base_url):
+    for body in ({"enabled": "no"}, {"enabled": True, "poll_interval_s": 0.2},
+                 {"enabled": True, "extra": 1}, {}):
+        r = switch(base_url, body)
+        assert r.status_code == 400, (body, r.status_code, r.text)
+        assert r.json()["error"]["type"] == "invalid_request_error"
+    assert probes(base_url)["snap"]["enabled"] is True

@@ -193,6 +193,10 @@ def test_serve_plugin_names_exist_in_source(version, root):
     # The engine core's utility that the collector calls on each engine.
     assert "def collective_rpc(" in src("v1/engine/core.py")
     assert f"self.{t.engine_client_core_attr} = " in src("v1/engine/async_llm.py")
+    # The probe switch passes its argument through collective_rpc's ``args``.
+    llm = src("v1/engine/async_llm.py")
+    rpc_def = llm[llm.index("async def collective_rpc("):][:400]
+    assert "args: tuple = ()" in rpc_def
     section, attr = t.worker_extension_config
     assert f"{attr}:" in src(f"config/{section.removesuffix('_config')}.py")
     reg_mod, reg_fn = t.prometheus_registry_fn

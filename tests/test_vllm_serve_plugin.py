@@ -105,6 +105,25 @@ def test_counters_on_vllm_metrics_move_by_exactly_what_ran(url, oai):
                 status="200") == 1
 
 
+def test_probe_switch_inside_vllm_serve(url, oai):
+    """The same switch as specgw serve's: out, a request leaves no count; back in."""
+    fwd = "specgw_model_forwards_total"
+    before = scrape(url)
+    r = httpx.post(f"{url}/v1/engine/probes", json={"enabled": False}, timeout=30)
+    try:
+        assert r.status_code == 200 and r.json()["ranks"][0]["enabled"] is False, r.text
+        complete(oai, 12)
+    finally:
+        r = httpx.post(f"{url}/v1/engine/probes", json={"enabled": True}, timeout=30)
+    assert r.status_code == 200 and r.json()["enabled"] is True
+    middle = scrape(url)
+    assert diff(middle, before, fwd, role="target") == 0
+    complete(oai, 12)
+    assert diff(scrape(url), middle, fwd, role="target") > 0
+    bad = httpx.post(f"{url}/v1/engine/probes", json={"enabled": 1}, timeout=30)
+    assert bad.status_code in (400, 422), bad.text
+
+
 def test_acceptance_histogram_agrees_with_vllm(url, oai):
     complete(oai, 30, "for i in range(")
     s = scrape(url)

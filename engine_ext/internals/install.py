@@ -4,6 +4,11 @@ Each probe is a thin wrapper that opens a ledger scope and calls the original; n
 here reads a tensor, so the decode loop gains no GPU synchronisation. Every wrapper is
 recorded in ``ledger.installed`` (or ``install_errors``): a missing one turns the
 coverage flag off instead of silently under-counting.
+
+:func:`set_enabled` takes every wrapper out again (and puts it back) in a running
+process, so probes-on and probes-off can be compared inside one server, seconds apart,
+instead of across two server processes whose own start-to-start differences are larger
+than the probes' cost (``benchmarks/probe_toggle.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from engine_ext.probes.ledger import LEDGER, ROLE_DRAFT, ROLE_TARGET, UNKNOWN, L
 log = logging.getLogger("engine_ext.probes")
 
 _MARK = "__specgw_probe__"
+# (owner, attribute, original, wrapper) of every installed probe, for set_enabled.
+_PATCHES: list[tuple[Any, str, Any, Any]] = []
 
 
 def _wrap_attr(owner: Any, name: str, make: Callable[[Callable], Callable], key: str,
@@ -38,6 +45,7 @@ def _wrap_attr(owner: Any, name: str, make: Callable[[Callable], Callable], key:
                 functools.update_wrapper(wrapped, orig)
         setattr(wrapped, _MARK, True)
         setattr(owner, name, wrapped)
+        _PATCHES.append((owner, name, orig, wrapped))
         ledger.installed[key] = True
     except Exception as exc:  # keep serving; the coverage flag reports the gap
         ledger.installed[key] = False
@@ -226,7 +234,19 @@ def _graph_probes(ledger: Ledger) -> None:
                ledger)
 
 
+def set_enabled(enabled: bool, ledger: Ledger = LEDGER) -> int:
+    """Put every installed probe in (``True``) or take it out (``False``): with them out,
+    vLLM runs its own functions and the ledger counts nothing. Call it between forwards
+    (``collective_rpc`` runs on the model's thread between steps). Returns the number of
+    wrappers switched."""
+    for owner, name, orig, wrapped in _PATCHES:
+        setattr(owner, name, wrapped if enabled else orig)
+    ledger.enabled = enabled
+    return len(_PATCHES)
+
+
 def install(table: InternalsTable, ledger: Ledger = LEDGER) -> Ledger:  # noqa: C901  (one patch per table entry)
+    set_enabled(True, ledger)  # a second install must see its own wrappers, not wrap twice
     _graph_probes(ledger)
     fc = table.forward_context_name
 

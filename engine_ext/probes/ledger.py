@@ -198,6 +198,7 @@ class Ledger:
     recorded_drafts: list = field(default_factory=list)
     installed: dict[str, bool] = field(default_factory=dict)
     install_errors: dict[str, str] = field(default_factory=dict)
+    enabled: bool = True  # False while the probes are taken out (install.set_enabled)
     _local: threading.local = field(default_factory=threading.local, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _threads: list[_Thread] = field(default_factory=list, repr=False)
@@ -355,6 +356,7 @@ class Ledger:
                 "proposes_without_forward": self.proposes_without_forward,
                 "installed": dict(self.installed),
                 "install_errors": dict(self.install_errors),
+                "enabled": self.enabled,
             }
 
 
