@@ -14,6 +14,7 @@ import sys
 from engine_ext.settings import EngineSettings
 from gateway.protocol import MIN_POLL_INTERVAL_S
 from gateway.routing import DEFAULT_POLICIES, POLICIES
+from gateway.upstream import DEFAULT_RELAY_CLIENT, RELAY_CLIENTS
 
 
 def _env(name: str, default=None):
@@ -63,6 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--routing", default=_env("ROUTING", DEFAULT_POLICIES),
                    help="routing policy chain over the backends, first opinion wins "
                         f"(choices: {', '.join(POLICIES)})")
+    s.add_argument("--router-client", choices=RELAY_CLIENTS,
+                   default=_env("ROUTER_CLIENT", DEFAULT_RELAY_CLIENT),
+                   help="HTTP client the router relays backend streams with (aiohttp: "
+                        "C parser, lower CPU per chunk; httpx: the original relay)")
     s.add_argument("--drain-timeout", type=float, default=float(_env("DRAIN_TIMEOUT", "30")),
                    help="on SIGTERM: stop accepting, let streams finish for this long")
     s.add_argument("--poll-interval", type=_poll_interval,
@@ -139,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     from gateway.routing import build_policies
 
     try:
-        remotes = load_backends(args.backend, args.backends_file)
+        remotes = load_backends(args.backend, args.backends_file, args.router_client)
         keys = KeyStore.load(args.api_keys_file, args.api_key)
         build_policies(args.routing)  # fail at start, not at the first request
     except (ValueError, OSError) as exc:
@@ -158,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     app = create_app(None if remotes else local_engine(settings, args.poll_interval),
                      config, remotes)
     engine = app.state.engine
-    what = f"router over {[r.name for r in remotes]}" if remotes else settings.model_name
+    what = (f"router over {[r.name for r in remotes]} (relay client: {args.router_client})"
+            if remotes else settings.model_name)
     log.info("serving %s on http://%s:%d (ready at /ready)", what, args.host, args.port)
     server = make_server(app, args.host, args.port, args.log_level, args.drain_timeout)
     server.run()
@@ -185,7 +191,8 @@ def make_server(app, host: str, port: int, log_level: str = "info",
     return server
 
 
-def load_backends(flags: list[str], path: str | None):
+def load_backends(flags: list[str], path: str | None,
+                  relay_client: str = DEFAULT_RELAY_CLIENT):
     import json
     from pathlib import Path
 
@@ -203,7 +210,7 @@ def load_backends(flags: list[str], path: str | None):
     names = [s.name for s in specs]
     if len(names) != len(set(names)):
         raise ValueError(f"backend names must be unique: {names}")
-    return [RemoteBackend(s) for s in specs]
+    return [RemoteBackend(s, relay_client=relay_client) for s in specs]
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from gateway.backend_errors import openai_error_body
 from gateway.context import RequestContext
 from gateway.errors import OpenAIError
 from gateway.sse import SSEResponse, sse_error
+from gateway.upstream import UpstreamResponse, make_upstream, relay_client_default
 from monitoring import metrics as m
 
 log = logging.getLogger("gateway.remote")
@@ -42,7 +43,7 @@ class BackendSpec:
 
 class RemoteBackend:
     def __init__(self, spec: BackendSpec, eject_after: int = 3, eject_for_s: float = 10.0,
-                 health_interval_s: float = 2.0):
+                 health_interval_s: float = 2.0, relay_client: str | None = None):
         self.spec = spec
         self.name = spec.name
         self.outstanding = 0
@@ -63,6 +64,11 @@ class RemoteBackend:
             limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256,
                                 keepalive_expiry=2.0),
         )
+        # Proxied requests go through this (aiohttp by default, see gateway/upstream.py);
+        # the httpx client above serves health checks and the /metrics scrape.
+        self.relay_client = relay_client or relay_client_default()
+        self.upstream = make_upstream(self.relay_client, spec.url, spec.timeout_s,
+                                      spec.connect_timeout_s, self.client)
         self._task: asyncio.Task | None = None
 
     @property
@@ -120,6 +126,7 @@ class RemoteBackend:
     async def close(self) -> None:
         if self._task:
             self._task.cancel()
+        await self.upstream.aclose()
         await self.client.aclose()
 
     def _failed(self, why: str) -> None:
@@ -137,10 +144,10 @@ class RemoteBackend:
 
     # ------------------------------------------------------------ proxy
     async def handle(self, ctx: RequestContext) -> Response:
-        resp, chunks, hold = await self.open(ctx.http.url.path, await ctx.http.json(),
-                                             {"x-request-id": ctx.request_id})
+        resp, hold = await self.open(ctx.http.url.path, await ctx.http.json(),
+                                     {"x-request-id": ctx.request_id})
         ctx.started()
-        status = resp.status_code
+        status = resp.status
         headers = {"x-backend": self.name}
         if ctx.stream and status == 200:
             async def closed() -> None:
@@ -149,9 +156,10 @@ class RemoteBackend:
                 ctx.finish(499)
                 await hold.release("client_closed")
 
-            return SSEResponse(_relay_stream(chunks, ctx), headers=headers, on_close=closed)
+            return SSEResponse(self._relay_stream(resp, hold, ctx), headers=headers,
+                               on_close=closed)
         try:
-            content = b"".join([c async for c in chunks])
+            content = await self._read_all(resp, hold)
         except Exception as exc:
             raise OpenAIError(f"backend {self.name} failed mid-response: "
                               f"{type(exc).__name__}", 502, "backend_error") from exc
@@ -160,42 +168,74 @@ class RemoteBackend:
             return Response(openai_error_body(status, content, self.name), status_code=status,
                             headers=headers, media_type="application/json")
         return Response(content, status_code=status, headers=headers,
-                        media_type=resp.headers.get("content-type", "application/json"))
+                        media_type=resp.content_type or "application/json")
 
     async def open(self, path: str, body: dict, headers: dict[str, str]
-                   ) -> tuple[httpx.Response, AsyncIterator[bytes], _Hold]:
+                   ) -> tuple[UpstreamResponse, _Hold]:
         """Send the request; return once the backend answered with its status line.
         Raises BackendUnavailable for connection errors and 5xx before any byte."""
         t0 = time.perf_counter()
         self.outstanding += 1
         m.BACKEND_IN_FLIGHT.labels(self.name).inc()
         try:
-            req = self.client.build_request("POST", path, json=body, headers=headers)
-            resp = await self.client.send(req, stream=True)
-        except httpx.HTTPError as exc:
+            resp = await self.upstream.send(path, body, headers)
+        except self.upstream.errors as exc:
             self._done(t0, "connect_error")
             self._failed(type(exc).__name__)
             raise BackendUnavailable(f"{self.name}: {type(exc).__name__}") from exc
-        if resp.status_code >= 500:
+        if resp.status >= 500:
             await resp.aclose()
-            self._done(t0, str(resp.status_code))
-            self._failed(f"HTTP {resp.status_code}")
-            raise BackendUnavailable(f"{self.name}: HTTP {resp.status_code}")
-        hold = _Hold(self, resp, t0)
-        return resp, self._relay(resp, hold), hold
+            self._done(t0, str(resp.status))
+            self._failed(f"HTTP {resp.status}")
+            raise BackendUnavailable(f"{self.name}: HTTP {resp.status}")
+        return resp, _Hold(self, resp, t0)
 
-    async def _relay(self, resp: httpx.Response, hold: _Hold) -> AsyncIterator[bytes]:
-        status = str(resp.status_code)
+    async def _read_all(self, resp: UpstreamResponse, hold: _Hold) -> bytes:
+        status = str(resp.status)
         try:
-            async for chunk in resp.aiter_raw():
-                yield chunk
+            content = await resp.read()
             self._ok()
-        except httpx.HTTPError as exc:
+            return content
+        except self.upstream.errors as exc:
             status = "stream_error"
             self._failed(type(exc).__name__)
             raise
         finally:
             await hold.release(status)
+
+    async def _relay_stream(self, resp: UpstreamResponse, hold: _Hold, ctx: RequestContext
+                            ) -> AsyncIterator[bytes]:
+        """Pass SSE bytes through as they come. If the backend dies mid-stream, end the
+        client's stream with an error event: a truncated answer must never look complete.
+
+        One generator straight over the client library's byte iterator: this loop runs
+        once per relayed chunk, so the backend's and the client's bookkeeping share it
+        rather than stacking a generator each."""
+        status, code = str(resp.status), 200
+        tail = b""
+        try:
+            try:
+                async for chunk in resp.body:
+                    tail = (tail + chunk)[-64:]
+                    yield chunk
+                self._ok()
+            except self.upstream.errors as exc:
+                status = "stream_error"
+                self._failed(type(exc).__name__)
+                raise
+            finally:
+                # Frees the backend connection now, also when the client went away
+                # (GeneratorExit at the yield).
+                await hold.release(status)
+            if b"[DONE]" not in tail:
+                code = 502
+                yield _interrupted("backend closed the stream before [DONE]")
+        except Exception as exc:
+            code = 502
+            log.warning("backend stream interrupted: %s", exc)
+            yield _interrupted(f"backend stream interrupted: {type(exc).__name__}")
+        finally:
+            ctx.finish(code)
 
     def _done(self, t0: float, status: str) -> None:
         self.outstanding -= 1
@@ -208,7 +248,7 @@ class _Hold:
     """One request's hold on a backend (its response and in-flight count), released
     exactly once, by the relay when it ran or by the stream's close when it never did."""
 
-    def __init__(self, backend: RemoteBackend, resp: httpx.Response, t0: float):
+    def __init__(self, backend: RemoteBackend, resp: UpstreamResponse, t0: float):
         self.backend, self.resp, self.t0 = backend, resp, t0
         self.released = False
 
@@ -224,25 +264,3 @@ class _Hold:
 def _interrupted(message: str) -> bytes:
     return sse_error(OpenAIError(message, 502, "backend_error", None,
                                  "backend_stream_interrupted").body())
-
-
-async def _relay_stream(chunks: AsyncIterator[bytes], ctx: RequestContext
-                        ) -> AsyncIterator[bytes]:
-    """Pass SSE bytes through as they come. If the backend dies mid-stream, end the
-    client's stream with an error event: a truncated answer must never look complete."""
-    status = 200
-    tail = b""
-    try:
-        async for chunk in chunks:
-            tail = (tail + chunk)[-64:]
-            yield chunk
-        if b"[DONE]" not in tail:
-            status = 502
-            yield _interrupted("backend closed the stream before [DONE]")
-    except Exception as exc:
-        status = 502
-        log.warning("backend stream interrupted: %s", exc)
-        yield _interrupted(f"backend stream interrupted: {type(exc).__name__}")
-    finally:
-        ctx.finish(status)
-        await chunks.aclose()  # type: ignore[attr-defined]  # frees the backend connection now

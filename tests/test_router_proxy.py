@@ -122,6 +122,18 @@ def router(upstream: str) -> Iterator[Server]:
         srv.stop()
 
 
+@pytest.fixture(scope="module")
+def httpx_router(upstream: str) -> Iterator[Server]:
+    """The original relay client, still selectable: the same upstream, the same checks."""
+    srv = Server("router-proxy-httpx", ["--log-format", "text", "--backend", f"up={upstream}",
+                                        "--router-client", "httpx"])
+    try:
+        srv.wait_ready(60)
+        yield srv
+    finally:
+        srv.stop()
+
+
 def sse_events(r: httpx.Response) -> list[str]:
     return [ln[len("data: "):] for ln in r.iter_lines() if ln.startswith("data: ")]
 
@@ -135,8 +147,15 @@ def requests_total(url: str, status: str) -> float:
                       endpoint="completions", status=status)
 
 
+def test_default_relay_client_is_aiohttp(router):
+    assert "(relay client: aiohttp)" in router.log_path.read_text(errors="replace")
+
+
+@pytest.mark.parametrize("client", ["aiohttp", "httpx"])
 @pytest.mark.parametrize("mode", ["drop", "end"])
-def test_stream_cut_before_done_ends_with_error_event(router, mode):
+def test_stream_cut_before_done_ends_with_error_event(request, client, mode):
+    router = request.getfixturevalue("router" if client == "aiohttp" else "httpx_router")
+    assert f"(relay client: {client})" in router.log_path.read_text(errors="replace")
     before = requests_total(router.url, "502")
     with httpx.stream("POST", f"{router.url}/v1/completions", json=completion(mode, True),
                       timeout=30) as r:
@@ -203,6 +222,35 @@ def test_limiter_refuses_with_429_when_full_then_recovers(router):
     while metric_sum(scrape(router.url), "specgw_requests_in_flight", model=UP_MODEL):
         assert time.monotonic() < deadline, "the held request never released its slot"
         time.sleep(0.05)
+    ok = httpx.post(f"{router.url}/v1/completions", json=completion("fine", False), timeout=30)
+    assert ok.status_code == 200
+
+
+def backend_requests(url: str) -> float:
+    return metric_sum(scrape(url), "specgw_backend_requests_total", backend="up")
+
+
+def test_client_gone_mid_stream_releases_the_backend_once(router):
+    """The client hangs up while the backend still streams: the router drops the backend
+    connection, its in-flight count returns to 0 and the request is counted once."""
+    RELEASE.clear()
+    before = backend_requests(router.url)
+    try:
+        with httpx.stream("POST", f"{router.url}/v1/completions",
+                          json=completion("hold", True), timeout=60) as held:
+            lines = held.iter_lines()
+            assert next(ln for ln in lines if ln.startswith("data: ")).startswith("data: {")
+            assert metric_sum(scrape(router.url), "specgw_backend_requests_in_flight",
+                              backend="up") == 1
+        deadline = time.monotonic() + 10
+        while metric_sum(scrape(router.url), "specgw_backend_requests_in_flight",
+                         backend="up"):
+            assert time.monotonic() < deadline, "the backend hold was never released"
+            time.sleep(0.05)
+        time.sleep(0.5)  # a second release would count the request again by now
+        assert backend_requests(router.url) == before + 1
+    finally:
+        RELEASE.set()
     ok = httpx.post(f"{router.url}/v1/completions", json=completion("fine", False), timeout=30)
     assert ok.status_code == 200
 

@@ -112,3 +112,26 @@ def test_cli_refuses_unknown_routing_policy_at_start():
                         "a=http://127.0.0.1:9", "--routing", "fastest"],
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "routing policies" in r.stderr
+
+
+def test_router_client_flag_env_default_and_refusal(monkeypatch):
+    """The relay client: aiohttp unless SPECGW_ROUTER_CLIENT or --router-client says
+    otherwise; an unknown name is refused at start, and each name builds its relay."""
+    from gateway.cli import build_parser
+    from gateway.remote_backend import BackendSpec, RemoteBackend
+    from gateway.upstream import AiohttpUpstream, HttpxUpstream
+
+    monkeypatch.delenv("SPECGW_ROUTER_CLIENT", raising=False)
+    assert build_parser().parse_args(["serve"]).router_client == "aiohttp"
+    monkeypatch.setenv("SPECGW_ROUTER_CLIENT", "httpx")
+    assert build_parser().parse_args(["serve"]).router_client == "httpx"
+    assert build_parser().parse_args(
+        ["serve", "--router-client", "aiohttp"]).router_client == "aiohttp"
+    assert isinstance(RemoteBackend(BackendSpec("x", "http://127.0.0.1:9")).upstream,
+                      HttpxUpstream)  # the env default reaches RemoteBackend too
+    assert isinstance(RemoteBackend(BackendSpec("x", "http://127.0.0.1:9"),
+                                    relay_client="aiohttp").upstream, AiohttpUpstream)
+    r = subprocess.run([sys.executable, "-m", "gateway.cli", "serve", "--backend",
+                        "a=http://127.0.0.1:9", "--router-client", "requests"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--router-client" in r.stderr
