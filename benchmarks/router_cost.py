@@ -239,10 +239,10 @@ of one core.
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--concurrency", type=int, default=16)
-    ap.add_argument("--requests", type=int, default=48, help="requests per burst")
-    ap.add_argument("--max-tokens", type=int, default=160)
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--requests", type=int, default=96, help="requests per burst")
+    ap.add_argument("--max-tokens", type=int, default=192)
     ap.add_argument("--report", type=Path, help="only regenerate the report from this JSON")
     a = ap.parse_args()
     path = a.report.resolve() if a.report else run(a)

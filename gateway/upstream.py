@@ -18,7 +18,11 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:  # imported where used: a router runs one of the two clients
+    import aiohttp
+    import httpx
 
 RELAY_CLIENTS = ("aiohttp", "httpx")
 DEFAULT_RELAY_CLIENT = "aiohttp"
@@ -58,7 +62,7 @@ class Upstream(Protocol):
 class HttpxUpstream:
     """The relay on an httpx client (h11): the router's original implementation."""
 
-    def __init__(self, client) -> None:  # httpx.AsyncClient, shared with health checks
+    def __init__(self, client: httpx.AsyncClient) -> None:  # shared with health checks
         import httpx
 
         self.client = client
@@ -89,7 +93,7 @@ class AiohttpUpstream:
                                               sock_read=timeout_s)
         self._session: aiohttp.ClientSession | None = None
 
-    def _open(self):
+    def _open(self) -> aiohttp.ClientSession:
         import aiohttp
 
         # Made on first use: a session belongs to the running event loop, and backends
@@ -120,7 +124,7 @@ class AiohttpUpstream:
 
 
 def make_upstream(kind: str, base_url: str, timeout_s: float, connect_timeout_s: float,
-                  httpx_client) -> Upstream:
+                  httpx_client: httpx.AsyncClient) -> Upstream:
     if kind == "aiohttp":
         return AiohttpUpstream(base_url, timeout_s, connect_timeout_s)
     if kind == "httpx":
