@@ -25,6 +25,7 @@ import json
 import statistics
 from pathlib import Path
 
+from benchmarks import probe_toggle
 from benchmarks.report import Spread, Target, md_table, num, verdict, write
 from benchmarks.serve_compare_data import RunSet
 from benchmarks.serve_compare_report import (
@@ -85,19 +86,23 @@ def serve_rows(rs: RunSet, st: dict) -> list[list[object]]:
                  "; ".join(f"c={c}: specgw {a:.0f}% / vllm {b:.0f}%"
                            for c, (a, b) in spread.items()),
                  verdict(len(ok) == len(spread)) + f" ({len(ok)} of {len(spread)} cells)"])
-    over = probe_overhead(rs, st)
-    ok = [c for c, s in over.items() if T_PROBES.met(s.median)]
-    rows.append(["2", str(T_PROBES) + " at every concurrency",
-                 "; ".join(f"c={c}: {s.text('{:+.1f}')}" for c, s in over.items()),
-                 verdict(len(ok) == len(over)) + f" ({len(ok)} of {len(over)}; error bars "
-                 f"{min(s.hi - s.lo for s in over.values()):.0f}-"
-                 f"{max(s.hi - s.lo for s in over.values()):.0f} points wide)"])
-    if s := st.get(("router", "vllm", 64)):
-        rows.append(["3", str(T_ROUTER), s["ratio"].text("{:.2f}"),
-                     verdict(T_ROUTER.met(s["ratio"].median))])
-        rows.append(["3", str(T_ROUTER_TTFT), s["ttft_add"].text("{:+.1f}"),
-                     verdict(T_ROUTER_TTFT.met(s["ttft_add"].median))])
+    if over := probe_overhead(rs, st):
+        ok = [c for c, s in over.items() if T_PROBES.met(s.median)]
+        rows.append(["2", str(T_PROBES) + " at every concurrency (two server processes)",
+                     "; ".join(f"c={c}: {s.text('{:+.1f}')}" for c, s in over.items()),
+                     verdict(len(ok) == len(over)) + f" ({len(ok)} of {len(over)}; error bars "
+                     f"{min(s.hi - s.lo for s in over.values()):.0f}-"
+                     f"{max(s.hi - s.lo for s in over.values()):.0f} points wide)"])
     return rows
+
+
+def router_rows(st: dict) -> list[list[object]]:
+    if not (s := st.get(("router", "vllm", 64))):
+        return []
+    return [["3", str(T_ROUTER), s["ratio"].text("{:.2f}"),
+             verdict(T_ROUTER.met(s["ratio"].median))],
+            ["3", str(T_ROUTER_TTFT), s["ttft_add"].text("{:+.1f}"),
+             verdict(T_ROUTER_TTFT.met(s["ttft_add"].median))]]
 
 
 def probe_overhead(rs: RunSet, st: dict) -> dict[int, Spread]:
@@ -116,6 +121,57 @@ def probe_table(rs: RunSet, st: dict) -> list[str]:
     return md_table(["concurrency", "paired reps", "probe overhead % median (min to max)",
                      "error bar width, points", f"median <= {T_PROBES.threshold:g}%?",
                      "repetitions meeting it"], rows)
+
+
+def toggle_rows(toggle: dict) -> list[list[object]]:
+    """Target 2 inside one server (``probe_toggle.py``): the default poll, then 1 s."""
+    rows = []
+    for state, what in (("on", "default poll, 5 s"), ("on-poll-1s", "shortest poll, 1 s")):
+        over = probe_toggle.overhead_spreads(toggle, state)
+        rows.append(["2", f"{probe_toggle.T_OVERHEAD} ({what}) at every concurrency",
+                     "; ".join(f"c={c}: {s.text('{:+.1f}')}" for c, s in over.items()),
+                     probe_toggle.verdict_text(toggle, state)])
+    return rows
+
+
+def instance_lines(rs: RunSet, st: dict) -> list[str]:
+    """Two identical specgw processes against each other: what a ratio between two
+    server processes reads when nothing but the process differs."""
+    cells = {c: s for c in rs.conc() if (s := st.get(("specgw-2", "specgw", c)))}
+    if not cells:
+        return []
+    lines = ["Two identical `specgw serve` processes (`specgw-2` / `specgw`, same flags, "
+             "started one after the other) in the same repetitions:", ""]
+    for c, s in cells.items():
+        sv = st.get(("specgw", "vllm", c))
+        lines.append(f"* c={c}: {s['ratio'].text('{:.2f}')} over {s['ratio'].n} paired "
+                     f"repetitions, spanning {100 * (s['ratio'].hi - s['ratio'].lo):.0f} "
+                     "points" + (f"; specgw / vllm serve in the same repetitions "
+                                 f"{sv['ratio'].text('{:.2f}')}, spanning "
+                                 f"{100 * (sv['ratio'].hi - sv['ratio'].lo):.0f} points"
+                                 if sv else "") + ".")
+    far = [c for c, s in cells.items() if abs(s["ratio"].median - 1) > 0.02]
+    lines += ["", (f"At c={', '.join(map(str, far))} two processes of one server differ by "
+                   "more than 2% in median: a ratio between two server processes there "
+                   "carries a process offset of that size whatever the servers are." if far
+                   else "Neither concurrency shows a median offset above 2% between two "
+                   "processes of one server.")]
+    return lines
+
+
+def router_history(sets: list[RunSet]) -> list[str]:
+    """Router / direct at c=64 in each run set that had the router (relay client as
+    recorded in the router's log; the httpx relay before it was selectable)."""
+    out = []
+    for rs in sets:
+        if s := pair_stats(rs).get(("router", "vllm", 64)):
+            client = next((ln.split("relay client: ", 1)[1].split(")")[0]
+                           for ln in rs.log_lines("router") if "relay client: " in ln),
+                          "httpx")
+            out.append(f"* `{rs.label}` ({rs.meta['date']}, relay client {client}): router / "
+                       f"direct at c=64 {s['ratio'].text('{:.2f}')}, TTFT p50 "
+                       f"{s['ttft_add'].text('{:+.1f}')} ms.")
+    return out
 
 
 def config_evidence(rs: RunSet) -> list[str]:
@@ -143,9 +199,13 @@ def config_evidence(rs: RunSet) -> list[str]:
 
 
 def probe_reading(rs: RunSet, st: dict) -> list[str]:
+    return spread_reading(probe_overhead(rs, st))
+
+
+def spread_reading(over: dict[int, Spread]) -> list[str]:
     """Per concurrency: is the overhead shown, excluded or not resolved by the reps?"""
     out = []
-    for c, s in probe_overhead(rs, st).items():
+    for c, s in over.items():
         if s.lo > T_PROBES.threshold:
             what = (f"every repetition above {T_PROBES.threshold:g}%: an overhead is shown "
                     "in this run set")
@@ -352,13 +412,47 @@ def pair_text(info: dict) -> str:
 
 
 # --------------------------------------------------------------------------- document
+def probe_section(serve: RunSet, earlier: list[RunSet], toggle: dict | None,
+                  cost: dict | None) -> list[str]:
+    """Inside one server first (the switch), then across two server processes."""
+    lines = []
+    if toggle:
+        lines += ["### Inside one server: the probes switched in and out", "",
+                  probe_toggle.protocol_text(toggle) + " Raw windows: "
+                  "`docs/gpu/probe_toggle/probe_toggle.json`; protocol: "
+                  "`benchmarks/probe_toggle.py`.", "", *probe_toggle.toggle_table(toggle), "",
+                  "Probes in at the default poll, group by group:", "",
+                  *spread_reading(probe_toggle.overhead_spreads(toggle, "on")), "",
+                  "### Across two server processes (the protocol before the switch)", ""]
+    crossed = [rs for rs in [serve, *earlier] if probe_overhead(rs, pair_stats(rs))]
+    for rs in crossed:
+        st = pair_stats(rs)
+        lines += [f"`{rs.label}` ({rs.meta['date']}): specgw serve with its worker probes "
+                  "(poll every 5 s) against another process of it with `SPECGW_PROBES=0`, "
+                  "paired by repetition:", "", *probe_table(rs, st), "",
+                  *probe_reading(rs, st), ""]
+    if not any(rs.runs("specgw-poll-1s", c) for rs in crossed for c in rs.conc()):
+        lines += ["The 1 s poll interval was measured only inside one server (above)."
+                  if toggle else "The shortest poll interval (`specgw-poll-1s`) was not "
+                  "measured (device time).", ""]
+    if cost and crossed:
+        lines += [*probe_cost_lines(crossed[0], cost), ""]
+    return lines
+
+
 def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
-             earlier: list[RunSet], cost: dict | None = None) -> list[str]:
+             earlier: list[RunSet], cost: dict | None = None,
+             toggle: dict | None = None, router: RunSet | None = None) -> list[str]:
     st = pair_stats(serve)
-    rows = serve_rows(serve, st)
+    router = router or serve
+    rst = pair_stats(router)
+    rows = (serve_rows(serve, st) + (toggle_rows(toggle) if toggle else [])
+            + router_rows(rst))
+    rows.sort(key=lambda r: r[0])
     srows, snotes = spec_verdicts(spec) if spec else ([], [])
     png = out.with_name(f"serve_compare_{serve.label}.png")  # serve_compare_report's too
     cmd = ("python -m benchmarks.benchmarks_report --serve " + str(serve.src) +
+           (f" --router {router.src}" if router is not serve else "") +
            "".join(f" --spec {rs.src}" for rs in spec) +
            "".join(f" --earlier {rs.src}" for rs in earlier))
     lines = ["# Benchmarks: specgw serve vs vllm serve, probe overhead, router, and when "
@@ -373,9 +467,15 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
              "repetition; `vllm bench serve`, random dataset, 128 input / 128 output tokens, "
              "`--ignore-eos`, greedy. A ratio divides two runs of the same repetition and "
              "concurrency, seconds apart.", "",
-             f"* `{serve.label}` (targets 1-3): {serve.meta['device_name']}, vLLM "
-             f"{serve.meta['vllm']}, torch {serve.meta['torch']}, {serve.meta['date']}; the "
-             f"bundled pair; {serve.meta['protocol']['reps']} repetitions.",
+             *(f"* `{rs.label}` ({what}): {rs.meta['device_name']}, vLLM "
+               f"{rs.meta['vllm']}, torch {rs.meta['torch']}, {rs.meta['date']}; the bundled "
+               f"pair; servers {', '.join(f'`{v}`' for v in rs.variants())}; "
+               f"{rs.meta['protocol']['reps']} repetitions."
+               for rs, what in ([(serve, "target 1"), (router, "target 3")]
+                                if router is not serve else [(serve, "targets 1-3")])),
+             *([f"* `docs/gpu/probe_toggle` (target 2): {toggle['meta']['date']}, one "
+                "`specgw serve` switching its probes (`benchmarks/probe_toggle.py`)."]
+               if toggle else []),
              *(f"* `{rs.label}` (target 4): {rs.meta['date']}; servers "
                f"{', '.join(f'`{v}`' for v in rs.variants())}; "
                f"{len({r['rep'] for rr in rs.cells.values() for r in rr})} repetitions "
@@ -393,22 +493,17 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
               "Target 1 cell by cell, from the paired repetitions:", "",
               *speed_causes(serve, st), "",
               *config_evidence(serve), "",
-              "Fixed since the previous device run and in this run set: the router's panic "
-              "routing and keep-alive expiry, the `/ready` health probe, and `gc.freeze()` "
-              "of specgw's start-up heap. " + swing_text(serve), "",
+              swing_text(serve), "",
+              *instance_lines(serve, st), "",
               "## 2. Probe overhead, with error bars", "",
-              "specgw serve with its worker probes (poll every 5 s) against the same server "
-              "with `SPECGW_PROBES=0`, paired by repetition (the right-hand panel of the plot "
-              "above):", "", *probe_table(serve, st), "",
-              *probe_reading(serve, st), "",
-              "The same measurement in the earlier run sets of the bundled pair (other "
-              "server processes, other times; `docs/serve_compare.md`):", "",
-              *(ln for rs in earlier for ln in [f"`{rs.label}`:", "",
-                                                *probe_reading(rs, pair_stats(rs)), ""]),
-              "The shortest poll interval (`specgw-poll-1s`) was not in this run set "
-              "(device time).", "",
-              *([*probe_cost_lines(serve, cost), ""] if cost else []),
-              "## 3. Router", "", *router_section(serve, st), "", router_ceiling(serve), ""]
+              *probe_section(serve, earlier, toggle, cost),
+              "## 3. Router", "", *router_section(router, rst), "", router_ceiling(router), "",
+              "Router / direct at c=64 in every run set with the router (each ratio paired "
+              "within its set):", "",
+              *router_history(sorted({id(r): r for r in [*earlier, serve, router]}.values(),
+                                     key=lambda rs: rs.meta["date"])), "",
+              "The relay's CPU cost per SSE event, httpx against aiohttp, on this CPU: "
+              "`docs/router_cost.md` (`benchmarks/router_cost.py`).", ""]
     if spec:
         lines += ["## 4. When speculation pays: a 1 B target built on the device", "",
                   *([pair_text(info), ""] if info else []),
@@ -431,20 +526,27 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--serve", type=Path, default=SC / "run3")
+    ap.add_argument("--serve", type=Path, default=SC / "run4_speed",
+                    help="run set of specgw and vllm serve (target 1)")
+    ap.add_argument("--router", type=Path, default=SC / "run4_router",
+                    help="run set of the router and vllm serve (target 3); default --serve's")
     ap.add_argument("--spec", type=Path, action="append",
                     help=f"default: {SC}/run3_1b_a and {SC}/run3_1b_b")
     ap.add_argument("--pair-info", type=Path, default=SC / "pair_1b_build_info.json")
     ap.add_argument("--earlier", type=Path, action="append",
-                    help=f"earlier run sets of the bundled pair (default: {SC}/run1)")
+                    help=f"earlier run sets of the bundled pair (default: {SC}/run3, run1)")
     ap.add_argument("--probe-cost", type=Path, default=Path("docs/probe_cost.json"))
+    ap.add_argument("--probe-toggle", type=Path,
+                    default=Path("docs/gpu/probe_toggle/probe_toggle.json"))
     ap.add_argument("--out", type=Path, default=Path("docs/benchmarks.md"))
     a = ap.parse_args()
     spec = [RunSet.load(s) for s in a.spec or [SC / "run3_1b_a", SC / "run3_1b_b"]]
     info = json.loads(a.pair_info.read_text()) if a.pair_info.exists() else None
-    earlier = [RunSet.load(s) for s in a.earlier or [SC / "run1"]]
+    earlier = [RunSet.load(s) for s in a.earlier or [SC / "run3", SC / "run1"]]
     cost = json.loads(a.probe_cost.read_text()) if a.probe_cost.exists() else None
-    lines = document(RunSet.load(a.serve), spec, info, a.out, earlier, cost)
+    toggle = json.loads(a.probe_toggle.read_text()) if a.probe_toggle.exists() else None
+    lines = document(RunSet.load(a.serve), spec, info, a.out, earlier, cost, toggle,
+                     RunSet.load(a.router) if a.router else None)
     write(a.out, lines)
     print("\n".join(lines))
 

@@ -406,7 +406,7 @@ def main() -> None:
         by[g] = {"n": len(ws), "classes": shares(ws), "share": round(k / max(1, len(ws)), 3),
                  "interval": wilson(k, len(ws))}
     out = {"command": " ".join(["python -m benchmarks.parse_failures", *sys.argv[1:]]),
-           "source": a.source.relative_to(ROOT).as_posix(), "label": a.label,
+           "source": a.source.resolve().relative_to(ROOT).as_posix(), "label": a.label,
            "date": dt.date.today().isoformat(), "metric": metric, "completions": rows,
            "calibration": {"python": platform.python_version(), "seed": a.seed,
                            "n": len(windows), "candidates": candidates, "by": by,

@@ -76,3 +76,23 @@ def test_probe_bookkeeping_share_is_cost_per_step_over_the_step_without_probes()
     al = sorted(r["server_acceptance"]["acceptance_length"]
                 for r in rs.runs("specgw-probes-off", 16))[2]
     assert rows == [f"| 16 | {1000 * tpot * al:.0f} | {100 * 40 / (1000 * tpot * al):.2f}% |"]
+
+
+def test_probe_toggle_pairs_windows_within_groups_and_drops_cells_the_client_broke():
+    """The in-server probe cost: each group's 'on' against the same group's 'off', and a
+    cell whose load generator had failures is no evidence either way."""
+    from benchmarks import probe_toggle as pt
+
+    raw = json.loads((DATA.parent / "probe_toggle" / "probe_toggle.json").read_text())
+    by_c = {cd["concurrency"]: cd for cd in raw["cells"]}
+    one = by_c[1]
+    g0 = {w["state"]: w["tok_s"] for w in one["windows"] if w["group"] == 0}
+    assert pt.overheads(one, "on")[0] == 100 * (1 - g0["on"] / g0["off"])
+    assert len(pt.overheads(one, "on")) == raw["meta"]["groups"]
+    assert pt.invalid(by_c[128]) and not pt.invalid(one)
+    assert 128 not in pt.overhead_spreads(raw, "on") and 1 in pt.overhead_spreads(raw, "on")
+    assert "c=128 not valid" in pt.verdict_text(raw)
+    # A cell with no client errors is judged on its median.
+    clean = {**raw, "cells": [one]}
+    med = pt.overhead_spreads(clean, "on")[1].median
+    assert pt.verdict_text(clean).startswith("yes" if med <= 1 else "**no**")
