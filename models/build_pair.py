@@ -14,15 +14,15 @@ The corpus is the Python standard library's own source files (always on disk, no
 download). The output is a pure function of the corpus, the flags, the torch build and
 the thread count, all of which are recorded in ``build_info.json``.
 
-Presets: ``h200-code`` (the default) is the committed pair: a 4 x 384 target on the
-whole stdlib, the permissively licensed Python sources of installed packages and
-chat-formatted examples, bf16 autocast on CUDA, the original tokenizer (pass
-``--tokenizer models/tiny-code-llama/target/tokenizer.json``); about 6 minutes on an
-H200, with wall-clock guards that stop a phase early (and say so in build_info.json) on
-a slower GPU. ``h200-code-answers-with-header`` is ``h200-code`` with no training window
-starting inside a chat answer (the fence-leak fix, not yet built; ``--stream-only``
-shows what it changes without training). ``h200-small`` is h200-code's model on the stdlib
-alone (it memorises it).
+Presets: ``h200-code-answers-with-header`` (the default) is the committed pair:
+``h200-code`` with no training window starting inside a chat answer (the fence-leak fix:
+``--stream-only`` shows what it changes without training); about 9 minutes on an H200.
+``h200-code``, the pair bundled before it, is a 4 x 384 target on the whole stdlib, the
+permissively licensed Python sources of installed packages and chat-formatted examples,
+bf16 autocast on CUDA, the original tokenizer (pass
+``--tokenizer models/tiny-code-llama/target/tokenizer.json``), with wall-clock guards that
+stop a phase early (and say so in build_info.json) on a slower GPU. ``h200-small`` is
+h200-code's model on the stdlib alone (it memorises it).
 ``cpu-5m`` is the pair first bundled (4 x 256, 400 steps, trains the tokenizer; about
 20 minutes on 2 cores). ``h200-150m`` builds the scaled-up pair the GPU
 benchmark uses (a 150 M-parameter target, the same tokenizer; about 5 minutes on an
@@ -905,7 +905,8 @@ def environment(cfg: BuildConfig) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--preset", choices=sorted(PRESETS), default="h200-code")
+    ap.add_argument("--preset", choices=sorted(PRESETS),
+                    default="h200-code-answers-with-header")
     ap.add_argument("--out", type=Path, help="default: models/tiny-code-llama (bundled)")
     ap.add_argument("--no-time-budget", action="store_true",
                     help="run every step even past the preset's wall-clock guards")
