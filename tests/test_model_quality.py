@@ -39,7 +39,11 @@ def test_parse_drops_the_cut_line_only():
 
 
 def test_readme_states_the_committed_numbers():
-    data = json.loads((ROOT / "docs" / "model_quality.json").read_text())
-    block = mq.readme_block(data, data["candidate"], data["baseline"])
+    # The bundled pair's measurement: the run that chose it against the pair it replaced.
+    data = json.loads((ROOT / "docs" / "model_quality_awh" / "model_quality.json").read_text())
+    assert data["results"][data["candidate"]]["preset"] == json.loads(
+        (ROOT / "models" / "tiny-code-llama" / "build_info.json").read_text())["preset"]
+    block = mq.readme_block(data, data["candidate"], data["baseline"],
+                            "docs/model_quality_awh/model_quality.md")
     readme = (ROOT / "README.md").read_text()
     assert f"{mq.README_BEGIN}\n{block}\n{mq.README_END}" in readme
