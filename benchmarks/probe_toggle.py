@@ -42,6 +42,7 @@ import sys
 import time
 from pathlib import Path
 
+import aiohttp
 import httpx
 
 from benchmarks.harness import Server, metric_sum, parse_metrics, scrape
@@ -66,22 +67,24 @@ class Load:
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
 
-    async def _client(self, i: int, http: httpx.AsyncClient) -> None:
+    async def _client(self, i: int, http: aiohttp.ClientSession) -> None:
         n = i
         while not self._stop.is_set():
             body = {"model": self.model, "prompt": self.prompts[n % len(self.prompts)],
                     "max_tokens": self.out_len, "temperature": 0, "ignore_eos": True}
             n += self.c
             try:
-                r = await http.post(f"{self.url}/v1/completions", json=body)
-                if r.status_code == 200:
-                    self.done += 1
-                else:
-                    self.errors[str(r.status_code)] = self.errors.get(str(r.status_code), 0) + 1
-            except httpx.HTTPError as exc:
-                self.errors[type(exc).__name__] = self.errors.get(type(exc).__name__, 0) + 1
+                async with http.post(f"{self.url}/v1/completions", json=body) as r:
+                    await r.read()
+                    ok, what = r.status == 200, str(r.status)
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                ok, what = False, type(exc).__name__
+            if ok:
+                self.done += 1
+            else:
+                self.errors[what] = self.errors.get(what, 0) + 1
 
-    def start(self, http: httpx.AsyncClient) -> None:
+    def start(self, http: aiohttp.ClientSession) -> None:
         self._tasks = [asyncio.create_task(self._client(i, http)) for i in range(self.c)]
 
     async def stop(self) -> None:
@@ -102,10 +105,16 @@ async def tokens(http: httpx.AsyncClient, url: str) -> tuple[float, float]:
 
 
 async def cell(a: argparse.Namespace, url: str, c: int) -> dict:
-    limits = httpx.Limits(max_connections=c + 8, max_keepalive_connections=c + 8)
-    async with httpx.AsyncClient(timeout=600, limits=limits) as http:
+    # The load on aiohttp, as vllm bench serve's: the first device run's httpx pool at
+    # c=128 lost requests (ReadError) and did not hold the load. Idle connections expire
+    # before the server's 5 s keep-alive, so none is reused while the server closes it.
+    conn = aiohttp.TCPConnector(limit=c, keepalive_timeout=2.0)
+    async with (aiohttp.ClientSession(connector=conn,
+                                      timeout=aiohttp.ClientTimeout(total=600)) as load_http,
+                httpx.AsyncClient(timeout=600, limits=httpx.Limits(keepalive_expiry=2.0)
+                                  ) as http):
         load = Load(url, a.model_name, c, a.prompt_words, a.output_len, a.seed + c)
-        load.start(http)
+        load.start(load_http)
         await switch(http, url, "on", a.poll_s)
         await asyncio.sleep(a.warmup_s)
         windows = []
