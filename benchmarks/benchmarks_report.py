@@ -239,8 +239,6 @@ def probe_cost_lines(rs: RunSet, cost: dict) -> list[str]:
             for c, step_us in probe_steps_us(rs).items()]
     out = [*lines, *md_table(["concurrency", "engine step us",
                               *(f"bookkeeping / step ({i})" for i in per_step)], rows)]
-    if cost.get("step_cost_us"):
-        out += ["", *probe_path_lines(rs, cost)]
     shown = {c: s for c, s in probe_overhead(rs, pair_stats(rs)).items()
              if s.lo > T_PROBES.threshold}
     for c, s in shown.items():
@@ -250,6 +248,8 @@ def probe_cost_lines(rs: RunSet, cost: dict) -> list[str]:
                 f"the ledger as of `{cost.get('baseline') or 'this revision'}` (the one this "
                 f"run set served with) costs {row[ran]} of a step: that work does not account "
                 "for the gap, whose cause these runs do not establish."]
+    if cost.get("step_cost_us"):
+        out += ["", *probe_path_lines(rs, cost)]
     return out
 
 
@@ -285,7 +285,9 @@ def probe_path_lines(rs: RunSet, cost: dict) -> list[str]:
              f"{cost['machine']['cpu_count']}-core machine, not the device's host): " +
              "; ".join(f"{PATH_NAMES.get(k, k)}: {v['median']:.1f} us (min-max "
                        f"{v['min']:.1f}-{v['max']:.1f}; bare step {v['bare_median']:.2f} us)"
-                       for k, v in path.items()) + ".", ""]
+                       for k, v in path.items()) + ". Against the same steps of "
+             "`specgw-probes-off` (the device ran runner V2; a V1 row divides by those V2 "
+             "step lengths too):", ""]
     rows = [[c, f"{st:.0f}", *(f"{100 * v['median'] / st:.2f}% ({100 * v['min'] / st:.2f}"
                                f"-{100 * v['max'] / st:.2f}%)" for v in path.values())]
             for c, st in steps.items()]
