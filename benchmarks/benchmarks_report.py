@@ -235,16 +235,8 @@ def probe_cost_lines(rs: RunSet, cost: dict) -> list[str]:
                  f"{med[i]['piece']:.2f})" for i, us in per_step.items()) + ".", "",
              "Against a step of `specgw-probes-off` in this run set (TPOT p50 x acceptance "
              "length, medians of the runs):", ""]
-    rows = []
-    for c in rs.conc():
-        tpot = rs.values("specgw-probes-off", c, "median_tpot_ms")
-        al = [r["server_acceptance"]["acceptance_length"]
-              for r in rs.runs("specgw-probes-off", c)
-              if r["server_acceptance"].get("acceptance_length")]
-        if tpot and al:
-            step_us = 1000 * statistics.median(tpot) * statistics.median(al)
-            rows.append([c, f"{step_us:.0f}", *(f"{100 * us / step_us:.2f}%"
-                                                for us in per_step.values())])
+    rows = [[c, f"{step_us:.0f}", *(f"{100 * us / step_us:.2f}%" for us in per_step.values())]
+            for c, step_us in probe_steps_us(rs).items()]
     out = [*lines, *md_table(["concurrency", "engine step us",
                               *(f"bookkeeping / step ({i})" for i in per_step)], rows)]
     shown = {c: s for c, s in probe_overhead(rs, pair_stats(rs)).items()
@@ -256,7 +248,62 @@ def probe_cost_lines(rs: RunSet, cost: dict) -> list[str]:
                 f"the ledger as of `{cost.get('baseline') or 'this revision'}` (the one this "
                 f"run set served with) costs {row[ran]} of a step: that work does not account "
                 "for the gap, whose cause these runs do not establish."]
+    if cost.get("step_cost_us"):
+        out += ["", *probe_path_lines(rs, cost)]
     return out
+
+
+PROBE_PATH_LIMIT = 1.0  # % of an engine step: issue #14's probe-overhead target
+PATH_NAMES = {"v2_full_k3": "runner V2, FULL graphs, k=3 (what the device runs)",
+              "v1_piecewise_k3": "runner V1, PIECEWISE, k=3"}
+
+
+def probe_steps_us(rs: RunSet) -> dict[int, float]:
+    """Per concurrency: an engine step of ``specgw-probes-off`` in microseconds (TPOT p50
+    x acceptance length, medians of the runs)."""
+    out = {}
+    for c in rs.conc():
+        tpot = rs.values("specgw-probes-off", c, "median_tpot_ms")
+        al = [r["server_acceptance"]["acceptance_length"]
+              for r in rs.runs("specgw-probes-off", c)
+              if r["server_acceptance"].get("acceptance_length")]
+        if tpot and al:
+            out[c] = 1000 * statistics.median(tpot) * statistics.median(al)
+    return out
+
+
+def probe_path_lines(rs: RunSet, cost: dict) -> list[str]:
+    """The whole probe path per engine step (wrappers and ledger, ``probe_path.py``) as a
+    share of each concurrency's step, with the verdict against the 1 % target."""
+    path = cost["step_cost_us"]
+    steps = probe_steps_us(rs)
+    lines = ["The whole probe path per engine step, the wrappers of `engine_ext/internals/"
+             "install.py` with the ledger, applied to stand-ins of the vLLM functions they "
+             "wrap (`benchmarks/probe_path.py`) and timed against the same stand-ins "
+             f"unwrapped, paired by repetition ({cost['reps']} repetitions of "
+             f"{cost['step_n']} steps, rotated; CPU time on this "
+             f"{cost['machine']['cpu_count']}-core machine, not the device's host): " +
+             "; ".join(f"{PATH_NAMES.get(k, k)}: {v['median']:.1f} us (min-max "
+                       f"{v['min']:.1f}-{v['max']:.1f}; bare step {v['bare_median']:.2f} us)"
+                       for k, v in path.items()) + ". Against the same steps of "
+             "`specgw-probes-off` (the device ran runner V2; a V1 row divides by those V2 "
+             "step lengths too):", ""]
+    rows = [[c, f"{st:.0f}", *(f"{100 * v['median'] / st:.2f}% ({100 * v['min'] / st:.2f}"
+                               f"-{100 * v['max'] / st:.2f}%)" for v in path.values())]
+            for c, st in steps.items()]
+    lines += md_table(["concurrency", "engine step us",
+                       *(f"whole path / step ({k})" for k in path)], rows)
+    for k, v in path.items():
+        worst = {c: 100 * v["max"] / st for c, st in steps.items()}
+        over = [c for c, w in worst.items() if w > PROBE_PATH_LIMIT]
+        verdict = (f"at or below {PROBE_PATH_LIMIT:g}% of the step at every concurrency, "
+                   "in every repetition" if not over else
+                   f"above {PROBE_PATH_LIMIT:g}% of the step in at least one repetition at "
+                   f"c={', '.join(map(str, over))}")
+        lines += ["", f"* {PATH_NAMES.get(k, k)}: {verdict} (largest: "
+                  f"{max(worst.values()):.2f}% at c={max(worst, key=worst.get)}), taking "
+                  "this machine's CPU time for the device host's."]
+    return lines
 
 
 def swing_text(rs: RunSet) -> str:

@@ -96,3 +96,23 @@ def test_probe_toggle_pairs_windows_within_groups_and_drops_cells_the_client_bro
     clean = {**raw, "cells": [one]}
     med = pt.overhead_spreads(clean, "on")[1].median
     assert pt.verdict_text(clean).startswith("yes" if med <= 1 else "**no**")
+
+
+def test_probe_path_share_and_verdict_are_computed_from_the_step():
+    from benchmarks.benchmarks_report import PROBE_PATH_LIMIT, probe_path_lines, probe_steps_us
+
+    rs = RunSet.load(DATA / "run3")
+    steps = probe_steps_us(rs)
+    low = min(steps.values())
+
+    def cost(hi_us: float) -> dict:
+        path = {"median": 1.0, "min": 0.5, "max": hi_us, "bare_median": 0.1, "per_rep": []}
+        return {"step_cost_us": {"v2_full_k3": path}, "reps": 9, "step_n": 1,
+                "machine": {"cpu_count": 2}}
+
+    lines = probe_path_lines(rs, cost(2.0))
+    c0, st0 = next(iter(steps.items()))
+    assert f"| {c0} | {st0:.0f} | {100 / st0:.2f}% ({50 / st0:.2f}-{200 / st0:.2f}%) |" in lines
+    assert any("at or below" in ln for ln in lines)
+    over = probe_path_lines(rs, cost(1.01 * PROBE_PATH_LIMIT / 100 * low))
+    assert any(f"above {PROBE_PATH_LIMIT:g}%" in ln for ln in over)
