@@ -159,6 +159,37 @@ def instance_lines(rs: RunSet, st: dict) -> list[str]:
     return lines
 
 
+def c1_step_lines(sets: list[RunSet], cost: dict | None) -> list[str]:
+    """At c=1 each SSE event is one engine step (its tokens together), so the inter-token
+    latency p50 is the step time the client sees: per server and run set, and specgw's
+    minus the same run set's probes-off server where both ran."""
+    servers = ("specgw", "specgw-probes-off", "vllm")
+    rows, gaps = [], []
+    for rs in sets:
+        med = {v: statistics.median(x) for v in servers
+               if (x := rs.values(v, 1, "median_itl_ms"))}
+        if "specgw" not in med:
+            continue
+        rows.append([rs.label, *(f"{med[v]:.2f}" if v in med else None for v in servers)])
+        if "specgw-probes-off" in med:
+            gaps.append((rs.label, 1000 * (med["specgw"] - med["specgw-probes-off"])))
+    if not rows:
+        return []
+    lines = ["Step time at c=1 as the client sees it (inter-token latency p50, ms, median of "
+             "the repetitions; at c=1 an SSE event carries one engine step's tokens):", "",
+             *md_table(["run set", *servers], rows)]
+    if gaps:
+        path = (cost or {}).get("step_cost_us", {}).get("v2_full_k3")
+        lines += ["", "specgw with probes minus the same server without them (another process "
+                  "of the same run set, so a process's own offset is in it too): " + "; ".join(
+            f"`{label}` {us:+.0f} us" for label, us in gaps) + " per step" + (
+            f", against {path['median']:.1f} us of Python work for the whole probe path "
+            "per runner V2 step timed on this CPU (section 2): the probes' own work does "
+            "not account for that difference; what does was not found in these runs."
+            if path and min(us for _, us in gaps) > 10 * path["median"] else ".")]
+    return lines
+
+
 def router_history(sets: list[RunSet]) -> list[str]:
     """Router / direct at c=64 in each run set that had the router (relay client as
     recorded in the router's log; the httpx relay before it was selectable)."""
@@ -542,6 +573,8 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
               *config_evidence(serve), "",
               swing_text(serve), "",
               *instance_lines(serve, st), "",
+              *c1_step_lines(sorted({id(r): r for r in [*earlier, serve]}.values(),
+                                    key=lambda rs: rs.meta["date"]), cost), "",
               "## 2. Probe overhead, with error bars", "",
               *probe_section(serve, earlier, toggle, cost),
               "## 3. Router", "", *router_section(router, rst), "", router_ceiling(router), "",

@@ -190,18 +190,25 @@ class RemoteBackend:
             raise BackendUnavailable(f"{self.name}: HTTP {resp.status}")
         return resp, _Hold(self, resp, t0)
 
-    async def _read_all(self, resp: UpstreamResponse, hold: _Hold) -> bytes:
+    @contextlib.asynccontextmanager
+    async def _reading(self, resp: UpstreamResponse, hold: _Hold) -> AsyncIterator[None]:
+        """The backend's side of reading a body: a transport error counts against it, and
+        the hold is released at once however the read ends (a client gone mid-stream
+        included: GeneratorExit at the relay's yield)."""
         status = str(resp.status)
         try:
-            content = await resp.read()
+            yield
             self._ok()
-            return content
         except self.upstream.errors as exc:
             status = "stream_error"
             self._failed(type(exc).__name__)
             raise
         finally:
             await hold.release(status)
+
+    async def _read_all(self, resp: UpstreamResponse, hold: _Hold) -> bytes:
+        async with self._reading(resp, hold):
+            return await resp.read()
 
     async def _relay_stream(self, resp: UpstreamResponse, hold: _Hold, ctx: RequestContext
                             ) -> AsyncIterator[bytes]:
@@ -211,22 +218,12 @@ class RemoteBackend:
         One generator straight over the client library's byte iterator: this loop runs
         once per relayed chunk, so the backend's and the client's bookkeeping share it
         rather than stacking a generator each."""
-        status, code = str(resp.status), 200
-        tail = b""
+        code, tail = 200, b""
         try:
-            try:
+            async with self._reading(resp, hold):
                 async for chunk in resp.body:
                     tail = (tail + chunk)[-64:]
                     yield chunk
-                self._ok()
-            except self.upstream.errors as exc:
-                status = "stream_error"
-                self._failed(type(exc).__name__)
-                raise
-            finally:
-                # Frees the backend connection now, also when the client went away
-                # (GeneratorExit at the yield).
-                await hold.release(status)
             if b"[DONE]" not in tail:
                 code = 502
                 yield _interrupted("backend closed the stream before [DONE]")

@@ -116,3 +116,18 @@ def test_probe_path_share_and_verdict_are_computed_from_the_step():
     assert any("at or below" in ln for ln in lines)
     over = probe_path_lines(rs, cost(1.01 * PROBE_PATH_LIMIT / 100 * low))
     assert any(f"above {PROBE_PATH_LIMIT:g}%" in ln for ln in over)
+
+
+def test_c1_step_gap_is_computed_within_each_run_set():
+    import statistics
+
+    from benchmarks.benchmarks_report import c1_step_lines
+
+    sets = [RunSet.load(DATA / s) for s in ("run1", "run3")]
+    text = "\n".join(c1_step_lines(sets, None))
+    for rs in sets:
+        gap = 1000 * (statistics.median(rs.values("specgw", 1, "median_itl_ms"))
+                      - statistics.median(rs.values("specgw-probes-off", 1, "median_itl_ms")))
+        assert f"`{rs.label}` {gap:+.0f} us" in text
+    # Without a timed probe path there is nothing to compare the gap with.
+    assert "does not account" not in text
