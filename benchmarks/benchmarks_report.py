@@ -126,7 +126,9 @@ def probe_table(rs: RunSet, st: dict) -> list[str]:
 def toggle_rows(toggle: dict) -> list[list[object]]:
     """Target 2 inside one server (``probe_toggle.py``): the default poll, then 1 s."""
     rows = []
-    for state, what in (("on", "default poll, 5 s"), ("on-poll-1s", "shortest poll, 1 s")):
+    poll = toggle["meta"]["poll_s"]
+    for state, what in (("on", f"poll every {poll:g} s, the default"),
+                        ("on-poll-1s", "poll every 1 s, the shortest")):
         over = probe_toggle.overhead_spreads(toggle, state)
         rows.append(["2", f"{probe_toggle.T_OVERHEAD} ({what}) at every concurrency",
                      "; ".join(f"c={c}: {s.text('{:+.1f}')}" for c, s in over.items()),
@@ -198,7 +200,7 @@ def router_history(sets: list[RunSet]) -> list[str]:
         if s := pair_stats(rs).get(("router", "vllm", 64)):
             client = next((ln.split("relay client: ", 1)[1].split(")")[0]
                            for ln in rs.log_lines("router") if "relay client: " in ln),
-                          "httpx")
+                          "httpx (the only relay before `--router-client`)")
             out.append(f"* `{rs.label}` ({rs.meta['date']}, relay client {client}): router / "
                        f"direct at c=64 {s['ratio'].text('{:.2f}')}, TTFT p50 "
                        f"{s['ttft_add'].text('{:+.1f}')} ms.")
@@ -233,17 +235,18 @@ def probe_reading(rs: RunSet, st: dict) -> list[str]:
     return spread_reading(probe_overhead(rs, st))
 
 
-def spread_reading(over: dict[int, Spread]) -> list[str]:
-    """Per concurrency: is the overhead shown, excluded or not resolved by the reps?"""
-    out = []
+def spread_reading(over: dict[int, Spread], unit: str = "repetitions") -> list[str]:
+    """Per concurrency: is the overhead shown, excluded or not resolved by the ``unit``
+    (repetitions of a run set, groups of windows inside one server)?"""
+    out, one = [], unit.removesuffix("s")
     for c, s in over.items():
         if s.lo > T_PROBES.threshold:
-            what = (f"every repetition above {T_PROBES.threshold:g}%: an overhead is shown "
-                    "in this run set")
+            what = (f"every {one} above {T_PROBES.threshold:g}%: an overhead is shown "
+                    "in this data")
         elif s.hi <= T_PROBES.threshold:
-            what = f"every repetition at or below {T_PROBES.threshold:g}%"
+            what = f"every {one} at or below {T_PROBES.threshold:g}%"
         else:
-            what = (f"the repetitions straddle {T_PROBES.threshold:g}%: not resolved at "
+            what = (f"the {unit} straddle {T_PROBES.threshold:g}%: not resolved at "
                     "this level")
         out.append(f"* c={c}: {s.text('{:+.1f}')} %, {what}.")
     return out
@@ -264,7 +267,7 @@ def probe_cost_lines(rs: RunSet, cost: dict) -> list[str]:
                  f"{i}: {us:.1f} us (forward scope {med[i]['forward_scope']:.1f}, propose "
                  f"with two forwards {med[i]['propose_2_forwards']:.1f}, a piece "
                  f"{med[i]['piece']:.2f})" for i, us in per_step.items()) + ".", "",
-             "Against a step of `specgw-probes-off` in this run set (TPOT p50 x acceptance "
+             f"Against a step of `specgw-probes-off` in `{rs.label}` (TPOT p50 x acceptance "
              "length, medians of the runs):", ""]
     rows = [[c, f"{step_us:.0f}", *(f"{100 * us / step_us:.2f}%" for us in per_step.values())]
             for c, step_us in probe_steps_us(rs).items()]
@@ -275,7 +278,7 @@ def probe_cost_lines(rs: RunSet, cost: dict) -> list[str]:
     for c, s in shown.items():
         row = next(r for r in rows if r[0] == c)
         ran = list(per_step).index(f"at {cost['baseline']}") + 2 if cost.get("baseline") else -1
-        out += ["", f"At c={c}, where this run set shows an overhead ({s.text('{:+.1f}')} %), "
+        out += ["", f"At c={c}, where `{rs.label}` shows an overhead ({s.text('{:+.1f}')} %), "
                 f"the ledger as of `{cost.get('baseline') or 'this revision'}` (the one this "
                 f"run set served with) costs {row[ran]} of a step: that work does not account "
                 "for the gap, whose cause these runs do not establish."]
@@ -500,7 +503,8 @@ def probe_section(serve: RunSet, earlier: list[RunSet], toggle: dict | None,
                   "`docs/gpu/probe_toggle/probe_toggle.json`; protocol: "
                   "`benchmarks/probe_toggle.py`.", "", *probe_toggle.toggle_table(toggle), "",
                   "Probes in at the default poll, group by group:", "",
-                  *spread_reading(probe_toggle.overhead_spreads(toggle, "on")), "",
+                  *spread_reading(probe_toggle.overhead_spreads(toggle, "on"), "groups"),
+                  "",
                   "### Across two server processes (the protocol before the switch)", ""]
     crossed = [rs for rs in [serve, *earlier] if probe_overhead(rs, pair_stats(rs))]
     for rs in crossed:
@@ -609,7 +613,7 @@ def main() -> None:
     ap.add_argument("--serve", type=Path, default=SC / "run4_speed",
                     help="run set of specgw and vllm serve (target 1)")
     ap.add_argument("--router", type=Path, default=SC / "run4_router",
-                    help="run set of the router and vllm serve (target 3); default --serve's")
+                    help="run set of the router and vllm serve (target 3)")
     ap.add_argument("--spec", type=Path, action="append",
                     help=f"default: {SC}/run3_1b_a and {SC}/run3_1b_b")
     ap.add_argument("--pair-info", type=Path, default=SC / "pair_1b_build_info.json")

@@ -47,10 +47,11 @@ import httpx
 
 from benchmarks.harness import Server, metric_sum, parse_metrics, scrape
 from benchmarks.report import Spread, Target, md_table, verdict, write
+from benchmarks.serve_compare_report import T_PROBES
 
 STATES = ("off", "on", "on-poll-1s")
 T_OVERHEAD = Target("probe overhead, % of probes-off output tok/s, inside one server "
-                    "(median of paired windows)", "<=", 1.0)
+                    "(median of paired windows)", "<=", T_PROBES.threshold)
 TOKENS = "vllm:generation_tokens_total"
 
 
@@ -166,10 +167,12 @@ def overhead_spreads(data: dict, state: str) -> dict[int, Spread]:
 def toggle_table(data: dict) -> list[str]:
     rows = []
     for cd in data["cells"]:
-        off = Spread.of([w["tok_s"] for w in cd["windows"] if w["state"] == "off"])
+        offs = [w["tok_s"] for w in cd["windows"] if w["state"] == "off"]
         for state in STATES[1:]:
             o = overheads(cd, state)
-            s = Spread.of(o)
+            if not (o and offs):
+                continue
+            off, s = Spread.of(offs), Spread.of(o)
             bad = invalid(cd)
             rows.append([cd["concurrency"], state, s.n, off.text("{:.0f}"), s.text("{:+.2f}"),
                          f"{s.hi - s.lo:.1f}",
@@ -187,6 +190,8 @@ def toggle_table(data: dict) -> list[str]:
 
 def verdict_text(data: dict, state: str = "on") -> str:
     over = overhead_spreads(data, state)
+    if not over:
+        return "no data (no valid concurrency)"
     ok = [c for c, s in over.items() if T_OVERHEAD.met(s.median)]
     widths = [s.hi - s.lo for s in over.values()]
     left_out = [cd["concurrency"] for cd in data["cells"] if invalid(cd)]
@@ -197,12 +202,18 @@ def verdict_text(data: dict, state: str = "on") -> str:
 
 def protocol_text(data: dict) -> str:
     m = data["meta"]
-    return (f"`{m['command']}`, {m['date']}, {m['device_name']}, vLLM {m['vllm']}. One "
+    # The first device run predates the field: its load ran on httpx.
+    client = m.get("load_client", "httpx")
+    return (f"`{m['command']}`, {m['date']}, {m['device_name']}, vLLM {m['vllm']}, load "
+            f"generator on {client}. One "
             "`specgw serve` (the bundled pair, serve_compare's engine configuration); "
             f"{m['groups']} groups per concurrency, each one window per state in rotated "
             f"order; windows of {m['window_s']} s after {m['settle_s']} s of settling; tok/s "
-            "from the engine's own `vllm:generation_tokens_total`. Overhead = 1 - state / "
-            "off of the same group, in % (positive: the probes cost throughput).")
+            "from the engine's own `vllm:generation_tokens_total`, read by a `/metrics` "
+            "scrape at each end of a window (a scrape also refreshes the probes while they "
+            "are in, so 'on' carries two probe reads per window besides its poll). "
+            "Overhead = 1 - state / off of the same group, in % (positive: the probes "
+            "cost throughput).")
 
 
 def report(data: dict) -> list[str]:
@@ -227,6 +238,7 @@ def meta(a: argparse.Namespace) -> dict:
                                            else f"{os.cpu_count()} CPU cores"),
             "vllm": vllm.__version__, "torch": torch.__version__,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "load_client": "aiohttp",
             "groups": a.groups, "window_s": a.window_s, "settle_s": a.settle_s,
             "poll_s": a.poll_s, "prompt_words": a.prompt_words, "output_len": a.output_len,
             "command": "python -m benchmarks.probe_toggle " + " ".join(a.argv)}

@@ -14,6 +14,7 @@ manages and tags each result with its engine index and a rank unique across engi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -59,6 +60,10 @@ def tag_engine(engine_idx: int, world: int, results: list[Any]) -> list[Any]:
     return results
 
 
+class ProbeSwitchError(RuntimeError):
+    """A probe switch that did not reach every rank."""
+
+
 class ProbePoller:
     """Self-check once, then keep ``monitoring.metrics.PROBES`` current.
 
@@ -78,6 +83,8 @@ class ProbePoller:
         self.snapshots: list[dict] = []  # the last refresh's, one per rank
         self.enabled = True  # the workers' probes are in (switch())
         self._lock = asyncio.Lock()
+        self._switch_lock = asyncio.Lock()
+        self._wake = asyncio.Event()  # set by switch(): poll now, with the new interval
         self._task: asyncio.Task | None = None
         VLLM_DERIVED.add_model(model_name)
 
@@ -98,40 +105,50 @@ class ProbePoller:
     async def switch(self, enabled: bool, poll_interval_s: float | None = None
                      ) -> dict[str, Any]:
         """Probes in or out on every rank, and the poll interval. While out, nothing is
-        polled and a scrape does not refresh: the engine runs as if specgw were absent.
-        One snapshot is taken on the way out, so the counters end where the probes did."""
-        if poll_interval_s is not None:
-            self.poll_interval_s = poll_interval_s
-        if not enabled and self.enabled:
-            await self.refresh()
-        ranks = await self.collective_rpc("specgw_probes_set", args=(enabled,))
-        self.enabled = enabled
-        if enabled:
-            await self.refresh()
-        else:  # the last counts stay exported, marked off (coverage 0, hit ratios NaN)
-            from monitoring import metrics as m
+        polled and a scrape does not refresh: the workers run vLLM's own functions where
+        the probes were. On the way out the ledgers are read once more after the switch,
+        so the exported counts end where the probes did. Raises ``ProbeSwitchError`` when
+        a rank did not answer (its state is then unknown: switch again)."""
+        async with self._switch_lock:
+            if poll_interval_s is not None:
+                self.poll_interval_s = poll_interval_s
+                self._wake.set()  # a new interval applies now, not after the old sleep
+            try:
+                ranks = await self.collective_rpc("specgw_probes_set", args=(enabled,))
+                # Read the ledgers whichever way it went (they stay readable when out).
+                snaps = await self.collective_rpc("specgw_probe_snapshot")
+            except Exception as exc:
+                raise ProbeSwitchError(
+                    f"probe switch failed ({type(exc).__name__}: {exc}); some ranks may "
+                    "have switched: send the switch again") from exc
+            if any(r.get("enabled") is not enabled for r in ranks):
+                raise ProbeSwitchError(f"probe switch: ranks answered {ranks}; send the "
+                                       "switch again")
+            self.enabled = enabled
+            self._export(snaps)
+            return {"enabled": self.enabled, "poll_interval_s": self.poll_interval_s,
+                    "ranks": ranks}
 
-            self.snapshots = [{**snap, "enabled": False} for snap in self.snapshots]
-            m.PROBES.update(self.model_name, self.snapshots)
-        return {"enabled": self.enabled, "poll_interval_s": self.poll_interval_s,
-                "ranks": ranks}
-
-    async def refresh(self) -> list[dict]:
-        """Pull every rank's ledger into the Prometheus collector (the last snapshots
-        while the probes are switched off)."""
+    def _export(self, snaps: list[dict]) -> None:
         from monitoring import metrics as m
 
+        m.PROBES.update(self.model_name, snaps)
+        self.snapshots = snaps
+
+    async def refresh(self) -> list[dict]:
+        """Pull every rank's ledger into the Prometheus collector (the last snapshots,
+        marked off, while the probes are switched off)."""
         if not self.enabled:
             return self.snapshots
         snaps = await self.collective_rpc("specgw_probe_snapshot")
-        m.PROBES.update(self.model_name, snaps)
-        self.snapshots = snaps
+        self._export(snaps)
         return snaps
 
     async def _poll_loop(self) -> None:
         while True:
-            # Read each round: switch() may change it.
-            await asyncio.sleep(self.poll_interval_s)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.poll_interval_s)
+            self._wake.clear()
             try:
                 await self.refresh()
             except Exception as exc:  # never let metrics take serving down

@@ -32,7 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from engine_ext.engine import WORKER_EXTENSION
 
 # Module level: FastAPI resolves the route's (postponed) annotation in these globals.
-from gateway.protocol import ProbeSwitchRequest
+from gateway.protocol import MIN_POLL_INTERVAL_S, ProbeSwitchRequest
 
 log = logging.getLogger("engine_ext.endpoint_plugin")
 
@@ -80,7 +80,11 @@ class SpecgwEndpoints:
             """Probes in or out on every worker (and the poll interval), no restart."""
             if self.probes is None:
                 return _error(self.problem or "probes are not ready", 503)
-            return JSONResponse(await self.probes.switch(body.enabled, body.poll_interval_s))
+            try:
+                return JSONResponse(await self.probes.switch(body.enabled,
+                                                             body.poll_interval_s))
+            except RuntimeError as exc:  # a rank did not answer: state unknown, retry
+                return _error(str(exc), 503)
 
         app.include_router(router)
         app.add_middleware(SpecgwMetricsMiddleware, plugin=self)
@@ -106,7 +110,7 @@ class SpecgwEndpoints:
             log.warning("specgw: %s", self.problem)
             m.STARTUP_WARNINGS.labels(self.model).set(1)
             return
-        interval = float(os.environ.get("SPECGW_POLL_INTERVAL", "5"))
+        interval = poll_interval_from_env()
         poller = ProbePoller(all_engines_rpc(engine_client, table), self.model,
                              detect_device(), interval)
         await poller.start()
@@ -128,6 +132,21 @@ class SpecgwEndpoints:
             await asyncio.wait_for(self.probes.refresh(), SCRAPE_REFRESH_TIMEOUT_S)
         except Exception as exc:
             log.warning("specgw: probe refresh at scrape failed: %s", exc)
+
+
+def poll_interval_from_env() -> float:
+    """``SPECGW_POLL_INTERVAL`` within the bounds ``specgw serve`` accepts; a bad value is
+    one log line and the default, never a failed start."""
+    text = os.environ.get("SPECGW_POLL_INTERVAL", "5")
+    try:
+        value = float(text)
+        if MIN_POLL_INTERVAL_S <= value <= 3600:
+            return value
+    except ValueError:
+        pass
+    log.warning("specgw: SPECGW_POLL_INTERVAL=%r is not between %g and 3600 seconds; "
+                "polling every 5 s", text, MIN_POLL_INTERVAL_S)
+    return 5.0
 
 
 def missing_worker_extension(vllm_config: Any, table) -> str | None:

@@ -10,11 +10,15 @@ import argparse
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from engine_ext.settings import EngineSettings
 from gateway.protocol import MIN_POLL_INTERVAL_S
 from gateway.routing import DEFAULT_POLICIES, POLICIES
 from gateway.upstream import DEFAULT_RELAY_CLIENT, RELAY_CLIENTS
+
+if TYPE_CHECKING:
+    from gateway.remote_backend import RemoteBackend
 
 
 def _env(name: str, default=None):
@@ -192,7 +196,7 @@ def make_server(app, host: str, port: int, log_level: str = "info",
 
 
 def load_backends(flags: list[str], path: str | None,
-                  relay_client: str = DEFAULT_RELAY_CLIENT):
+                  relay_client: str | None = None) -> list[RemoteBackend]:
     import json
     from pathlib import Path
 

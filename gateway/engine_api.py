@@ -73,7 +73,8 @@ class SpecEngine(Protocol):
 
     async def switch_probes(self, enabled: bool, poll_interval_s: float | None
                             ) -> dict[str, Any]:
-        """Every worker's probes in or out; ``poll_interval_s`` None keeps it."""
+        """Every worker's probes in or out; ``poll_interval_s`` None keeps it. Raises
+        ``RuntimeError`` when a worker did not answer (its state is then unknown)."""
         ...
 
     @property

@@ -215,4 +215,6 @@ class ProbeSwitchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     enabled: StrictBool
-    poll_interval_s: Annotated[float, Field(ge=MIN_POLL_INTERVAL_S, le=3600.0)] | None = None
+    # Strict: true or "5" are refused, as for ``enabled``.
+    poll_interval_s: Annotated[float, Field(strict=True, ge=MIN_POLL_INTERVAL_S,
+                                            le=3600.0)] | None = None

@@ -203,6 +203,9 @@ class RemoteBackend:
             status = "stream_error"
             self._failed(type(exc).__name__)
             raise
+        except BaseException:  # the client went away (GeneratorExit, cancellation)
+            status = "client_closed"
+            raise
         finally:
             await hold.release(status)
 
@@ -218,12 +221,13 @@ class RemoteBackend:
         One generator straight over the client library's byte iterator: this loop runs
         once per relayed chunk, so the backend's and the client's bookkeeping share it
         rather than stacking a generator each."""
-        code, tail = 200, b""
+        code, tail = 499, b""  # until the backend's stream ended: a client gone mid-way
         try:
             async with self._reading(resp, hold):
                 async for chunk in resp.body:
                     tail = (tail + chunk)[-64:]
                     yield chunk
+            code = 200
             if b"[DONE]" not in tail:
                 code = 502
                 yield _interrupted("backend closed the stream before [DONE]")
@@ -253,9 +257,11 @@ class _Hold:
         if self.released:
             return
         self.released = True
-        with contextlib.suppress(Exception):
-            await self.resp.aclose()
-        self.backend._done(self.t0, status)
+        try:
+            with contextlib.suppress(Exception):
+                await self.resp.aclose()
+        finally:  # counted even when the close is cancelled (a client gone mid-stream)
+            self.backend._done(self.t0, status)
 
 
 def _interrupted(message: str) -> bytes:

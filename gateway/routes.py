@@ -99,7 +99,10 @@ async def switch_probes(request: Request, body: ProbeSwitchRequest) -> Response:
     engine = require_engine(request)
     if not engine.ready:
         raise OpenAIError("engine is not ready", 503, "service_unavailable")
-    return JSONResponse(await engine.switch_probes(body.enabled, body.poll_interval_s))
+    try:
+        return JSONResponse(await engine.switch_probes(body.enabled, body.poll_interval_s))
+    except RuntimeError as exc:  # a rank did not answer: its state is unknown, try again
+        raise OpenAIError(str(exc), 503, "service_unavailable") from exc
 
 
 @ops_routes.get("/v1/engine/self_check")

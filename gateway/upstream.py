@@ -4,8 +4,8 @@ Two implementations behind one small interface, selected by ``--router-client`` 
 ``SPECGW_ROUTER_CLIENT``. aiohttp is the default: its C HTTP parser and
 ``StreamReader.iter_any()`` hand over whatever bytes arrived in one piece (events that
 arrived together are relayed as one chunk under load), where httpx runs each chunk
-through h11 in pure Python and several async-iterator layers. On the GPU the router
-was CPU-bound at ~6.5k SSE chunks/s (docs/benchmarks.md section 3), so the per-chunk
+through h11 in pure Python and several async-iterator layers. On the H200 the httpx
+router set the rate at c >= 64 (docs/benchmarks.md section 3, run3), so the per-chunk
 cost is what limits it; benchmarks/router_cost.py measures both.
 httpx is kept selectable for that comparison and as a fallback.
 
@@ -102,7 +102,8 @@ class AiohttpUpstream:
             connector=aiohttp.TCPConnector(limit=1024, keepalive_timeout=KEEPALIVE_S),
             timeout=self._timeout,
             # Bytes are relayed raw (as httpx's aiter_raw), so ask for an uncompressed body.
-            headers={"Accept-Encoding": "identity"}, auto_decompress=False)
+            headers={"Accept-Encoding": "identity"}, auto_decompress=False,
+            trust_env=True)  # HTTP(S)_PROXY / NO_PROXY as the httpx health checks
         return self._session
 
     async def send(self, path: str, body: dict, headers: dict[str, str]) -> UpstreamResponse:

@@ -125,7 +125,7 @@ class BuildConfig:
     split_lines_share: float = 0.0  # files encoded line by line (see encode_sources)
     # No training window starts inside a chat answer (see window_starts): every answer
     # token the loss asks for, the closing fence included, has its chat header in view.
-    # False = windows start anywhere, as the committed h200-code pair was trained.
+    # False = windows start anywhere, as the h200-code pair (bundled before) was trained.
     answers_with_header: bool = False
     val_tokens: int = 0  # held out from the end of the token stream for an eval loss
     # Wall-clock guards (seconds, 0 = none): a phase that overruns stops early and

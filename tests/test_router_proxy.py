@@ -230,11 +230,17 @@ def backend_requests(url: str) -> float:
     return metric_sum(scrape(url), "specgw_backend_requests_total", backend="up")
 
 
-def test_client_gone_mid_stream_releases_the_backend_once(router):
+@pytest.mark.parametrize("client", ["aiohttp", "httpx"])
+def test_client_gone_mid_stream_releases_the_backend_once(client, request):
     """The client hangs up while the backend still streams: the router drops the backend
-    connection, its in-flight count returns to 0 and the request is counted once."""
+    connection, its in-flight count returns to 0 and the request is counted once, as a
+    client that closed (499), not as a 200."""
+    router = request.getfixturevalue("router" if client == "aiohttp" else "httpx_router")
     RELEASE.clear()
     before = backend_requests(router.url)
+    closed_before = metric_sum(scrape(router.url), "specgw_backend_requests_total",
+                               backend="up", status="client_closed")
+    gone_before = metric_sum(scrape(router.url), "specgw_requests_total", status="499")
     try:
         with httpx.stream("POST", f"{router.url}/v1/completions",
                           json=completion("hold", True), timeout=60) as held:
@@ -249,6 +255,10 @@ def test_client_gone_mid_stream_releases_the_backend_once(router):
             time.sleep(0.05)
         time.sleep(0.5)  # a second release would count the request again by now
         assert backend_requests(router.url) == before + 1
+        after = scrape(router.url)
+        assert metric_sum(after, "specgw_backend_requests_total", backend="up",
+                          status="client_closed") == closed_before + 1
+        assert metric_sum(after, "specgw_requests_total", status="499") == gone_before + 1
     finally:
         RELEASE.set()
     ok = httpx.post(f"{router.url}/v1/completions", json=completion("fine", False), timeout=30)

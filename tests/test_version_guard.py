@@ -197,6 +197,14 @@ def test_serve_plugin_names_exist_in_source(version, root):
     llm = src("v1/engine/async_llm.py")
     rpc_def = llm[llm.index("async def collective_rpc("):][:400]
     assert "args: tuple = ()" in rpc_def
+    # ... and the engine core's, called by position under data parallelism:
+    # (method, timeout, args, kwargs).
+    core = src("v1/engine/core.py")
+    core_def = core[core.index("def collective_rpc("):][:400]
+    assert [n for n in ("method:", "timeout:", "args:", "kwargs:")
+            if n in core_def] == ["method:", "timeout:", "args:", "kwargs:"]
+    assert core_def.index("method:") < core_def.index("timeout:") < \
+        core_def.index("args:") < core_def.index("kwargs:")
     section, attr = t.worker_extension_config
     assert f"{attr}:" in src(f"config/{section.removesuffix('_config')}.py")
     reg_mod, reg_fn = t.prometheus_registry_fn

@@ -121,7 +121,7 @@ def test_probe_switch_inside_vllm_serve(url, oai):
     complete(oai, 12)
     assert diff(scrape(url), middle, fwd, role="target") > 0
     bad = httpx.post(f"{url}/v1/engine/probes", json={"enabled": 1}, timeout=30)
-    assert bad.status_code in (400, 422), bad.text
+    assert bad.status_code == 400, bad.text  # vLLM's own validation-error answer
 
 
 def test_acceptance_histogram_agrees_with_vllm(url, oai):

@@ -5,10 +5,10 @@ here reads a tensor, so the decode loop gains no GPU synchronisation. Every wrap
 recorded in ``ledger.installed`` (or ``install_errors``): a missing one turns the
 coverage flag off instead of silently under-counting.
 
-:func:`set_enabled` takes every wrapper out again (and puts it back) in a running
-process, so probes-on and probes-off can be compared inside one server, seconds apart,
-instead of across two server processes whose own start-to-start differences are larger
-than the probes' cost (``benchmarks/probe_toggle.py``).
+:func:`set_enabled` takes the per-step wrappers out again (and puts them back) in a
+running process, so probes-on and probes-off can be compared inside one server, seconds
+apart, instead of across two server processes, each with its own start-to-start offset
+(``benchmarks/probe_toggle.py``).
 """
 
 from __future__ import annotations
@@ -32,8 +32,10 @@ _PATCHES: list[tuple[Any, str, Any, Any]] = []
 
 
 def _wrap_attr(owner: Any, name: str, make: Callable[[Callable], Callable], key: str,
-               ledger: Ledger) -> None:
-    """Replace ``owner.name`` with ``make(original)``, once per process."""
+               ledger: Ledger, switchable: bool = True) -> None:
+    """Replace ``owner.name`` with ``make(original)``, once per process. ``switchable``
+    False keeps it in when :func:`set_enabled` takes the probes out: set-up-time hooks
+    (a piece wrapper built while out would otherwise never be counted once back in)."""
     try:
         orig = getattr(owner, name)
         if getattr(orig, _MARK, False):
@@ -45,7 +47,8 @@ def _wrap_attr(owner: Any, name: str, make: Callable[[Callable], Callable], key:
                 functools.update_wrapper(wrapped, orig)
         setattr(wrapped, _MARK, True)
         setattr(owner, name, wrapped)
-        _PATCHES.append((owner, name, orig, wrapped))
+        if switchable:
+            _PATCHES.append((owner, name, orig, wrapped))
         ledger.installed[key] = True
     except Exception as exc:  # keep serving; the coverage flag reports the gap
         ledger.installed[key] = False
@@ -201,7 +204,8 @@ def _piece_probes(table: InternalsTable, ledger: Ledger) -> None:
 
         return __call__
 
-    _wrap_attr(wrapper_cls, "__init__", init_make, "graph.pieces.__init__", ledger)
+    _wrap_attr(wrapper_cls, "__init__", init_make, "graph.pieces.__init__", ledger,
+               switchable=False)
     _wrap_attr(wrapper_cls, "__call__", call_make, "graph.pieces.__call__", ledger)
 
 
@@ -231,12 +235,13 @@ def _graph_probes(ledger: Ledger) -> None:
 
     _wrap_attr(graph_cls, "replay", replay_make, "torch.cuda.CUDAGraph.replay", ledger)
     _wrap_attr(graph_cls, "capture_begin", capture_make, "torch.cuda.CUDAGraph.capture_begin",
-               ledger)
+               ledger, switchable=False)
 
 
 def set_enabled(enabled: bool, ledger: Ledger = LEDGER) -> int:
-    """Put every installed probe in (``True``) or take it out (``False``): with them out,
-    vLLM runs its own functions and the ledger counts nothing. Call it between forwards
+    """Put every per-step probe in (``True``) or take it out (``False``): with them out,
+    vLLM runs its own functions on every step and the ledger counts no forward (the
+    set-up-time hooks stay: they run when a graph is built, not per step). Call it between forwards
     (``collective_rpc`` runs on the model's thread between steps). Returns the number of
     wrappers switched."""
     for owner, name, orig, wrapped in _PATCHES:
