@@ -67,6 +67,11 @@ def paired_acceptance(sets: list[RunSet], a: str, b: str, c: int) -> list[float]
             if ra["server_acceptance"].get("acceptance_length")]
 
 
+def by_date(sets: list[RunSet]) -> list[RunSet]:
+    """Each run set once (``--router`` may be ``--serve``'s), oldest first."""
+    return sorted({id(rs): rs for rs in sets}.values(), key=lambda rs: rs.meta["date"])
+
+
 def concurrencies(sets: list[RunSet]) -> list[int]:
     return sorted({c for rs in sets for c in rs.conc()})
 
@@ -577,15 +582,13 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
               *config_evidence(serve), "",
               swing_text(serve), "",
               *instance_lines(serve, st), "",
-              *c1_step_lines(sorted({id(r): r for r in [*earlier, serve]}.values(),
-                                    key=lambda rs: rs.meta["date"]), cost), "",
+              *c1_step_lines(by_date([*earlier, serve]), cost), "",
               "## 2. Probe overhead, with error bars", "",
               *probe_section(serve, earlier, toggle, cost),
               "## 3. Router", "", *router_section(router, rst), "", router_ceiling(router), "",
               "Router / direct at c=64 in every run set with the router (each ratio paired "
               "within its set):", "",
-              *router_history(sorted({id(r): r for r in [*earlier, serve, router]}.values(),
-                                     key=lambda rs: rs.meta["date"])), "",
+              *router_history(by_date([*earlier, serve, router])), "",
               "The relay's CPU cost per SSE event, httpx against aiohttp, on this CPU: "
               "`docs/router_cost.md` (`benchmarks/router_cost.py`).", ""]
     if spec:
