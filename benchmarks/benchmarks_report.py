@@ -29,6 +29,7 @@ from benchmarks import probe_toggle
 from benchmarks.report import Spread, Target, md_table, num, verdict, write
 from benchmarks.serve_compare_data import RunSet
 from benchmarks.serve_compare_report import (
+    INSTANCES,
     T_PROBES,
     T_ROUTER,
     T_ROUTER_TTFT,
@@ -77,37 +78,101 @@ def concurrencies(sets: list[RunSet]) -> list[int]:
 
 
 # ------------------------------------------------------------------- targets 1 to 3
-def serve_rows(rs: RunSet, st: dict) -> list[list[object]]:
+def serve_rows(rs: RunSet, st: dict, sets: list[RunSet]) -> list[list[object]]:
+    """Targets 1 and 2 (across processes) in ``rs``; ``sets`` (every run set of the bundled
+    pair) for the reading of target 1 over process offsets."""
     rows: list[list[object]] = []
     speed = {c: s for c in rs.conc() if (s := st.get(("specgw", "vllm", c)))}
     met = [c for c, s in speed.items() if T_SPEED.met(s["ratio"].median)]
     rows.append(["1", str(T_SPEED) + " in every cell",
                  "; ".join(f"c={c}: {s['ratio'].text('{:.2f}')}" for c, s in speed.items()),
-                 verdict(len(met) == len(speed)) + f" ({len(met)} of {len(speed)} cells)"])
+                 verdict(len(met) == len(speed)) + f" ({len(met)} of {len(speed)} cells)",
+                 "; ".join(x for x in (
+                     per_cell({c: deficit_cause(rs, st, c) for c in speed if c not in met}),
+                     process_summary(sets)) if x) or None])
     spread = {c: (rel_spread(rs.values("specgw", c, "output_throughput")),
                   rel_spread(rs.values("vllm", c, "output_throughput"))) for c in speed}
     ok = [c for c, (a, b) in spread.items() if T_SPREAD.met(a - b)]
     rows.append(["1", str(T_SPREAD) + " in every cell",
                  "; ".join(f"c={c}: specgw {a:.0f}% / vllm {b:.0f}%"
                            for c, (a, b) in spread.items()),
-                 verdict(len(ok) == len(spread)) + f" ({len(ok)} of {len(spread)} cells)"])
+                 verdict(len(ok) == len(spread)) + f" ({len(ok)} of {len(spread)} cells)",
+                 per_cell({c: spread_cause(rs, c) for c in spread if c not in ok})])
     if over := probe_overhead(rs, st):
         ok = [c for c, s in over.items() if T_PROBES.met(s.median)]
         rows.append(["2", str(T_PROBES) + " at every concurrency (two server processes)",
                      "; ".join(f"c={c}: {s.text('{:+.1f}')}" for c, s in over.items()),
                      verdict(len(ok) == len(over)) + f" ({len(ok)} of {len(over)}; error bars "
                      f"{min(s.hi - s.lo for s in over.values()):.0f}-"
-                     f"{max(s.hi - s.lo for s in over.values()):.0f} points wide)"])
+                     f"{max(s.hi - s.lo for s in over.values()):.0f} points wide)",
+                     resolution_cause(over, "repetitions")])
     return rows
+
+
+def per_cell(causes: dict[int, str]) -> str | None:
+    """The cells' causes, or one line where the run set could show none."""
+    if not causes:
+        return None
+    if not any(causes.values()):
+        return ("no cause this run set can show (it has neither two identical processes of "
+                "one server nor the engine's own clock)")
+    return "; ".join(f"c={c}: {why or 'not shown'}" for c, why in causes.items())
+
+
+def spread_cause(rs: RunSet, c: int) -> str:
+    """specgw's spread against vllm serve's, next to how far the spreads of two identical
+    processes of one server differ in the same run set."""
+    gaps = [abs(rel_spread(x) - rel_spread(y)) for a, b in INSTANCES
+            if (x := rs.values(a, c, "output_throughput"))
+            and (y := rs.values(b, c, "output_throughput"))]
+    if not gaps:
+        return ""
+    d = (rel_spread(rs.values("specgw", c, "output_throughput"))
+         - rel_spread(rs.values("vllm", c, "output_throughput")))
+    return (f"specgw's spread exceeds vllm serve's by {d:.0f} points, two identical processes "
+            f"of one server differ by up to {max(gaps):.0f}: "
+            + ("within that, so not a property of specgw" if d <= max(gaps)
+               else "beyond that"))
+
+
+def resolution_cause(over: dict[int, Spread], unit: str) -> str | None:
+    """Why a probe-overhead verdict reads as it does: where the ``unit`` (repetitions,
+    groups) straddle the target, the data does not resolve it either way."""
+    t = T_PROBES.threshold
+    shown = [c for c, s in over.items() if s.lo > t]
+    straddle = [c for c, s in over.items() if s.lo <= t < s.hi]
+    parts = []
+    if straddle:
+        widths = [over[c].hi - over[c].lo for c in straddle]
+        parts.append(f"at c={', '.join(map(str, straddle))} the {unit} straddle {t:g}% with "
+                     f"error bars {min(widths):.0f}-{max(widths):.0f} points wide: not "
+                     f"resolved at the {t:g}-point level (section 2: the probe path's own CPU "
+                     "work per step)")
+    if shown:
+        parts.append(f"at c={', '.join(map(str, shown))} every one of the {unit} is above "
+                     f"{t:g}%: an overhead is shown")
+    return "; ".join(parts) or None
 
 
 def router_rows(st: dict) -> list[list[object]]:
     if not (s := st.get(("router", "vllm", 64))):
         return []
     return [["3", str(T_ROUTER), s["ratio"].text("{:.2f}"),
-             verdict(T_ROUTER.met(s["ratio"].median))],
+             verdict(T_ROUTER.met(s["ratio"].median)), None],
             ["3", str(T_ROUTER_TTFT), s["ttft_add"].text("{:+.1f}"),
-             verdict(T_ROUTER_TTFT.met(s["ttft_add"].median))]]
+             verdict(T_ROUTER_TTFT.met(s["ttft_add"].median)), ttft_cause(s["ttft_adds"])]]
+
+
+def ttft_cause(adds: list[float]) -> str | None:
+    """Is an added TTFT above the target in every paired repetition, or do the pairs fall
+    on both sides of zero (the direct runs' own TTFT moving more than the router adds)?"""
+    if T_ROUTER_TTFT.met(statistics.median(adds)):
+        return None
+    if min(adds) >= T_ROUTER_TTFT.threshold:
+        return "every paired repetition adds at least the target: a consistent cost"
+    return (f"the paired differences run from {min(adds):+.1f} to {max(adds):+.1f} ms, on both "
+            "sides of zero: TTFT at this load moves more between repetitions than the router "
+            "adds, so the median does not resolve a 1 ms cost")
 
 
 def probe_overhead(rs: RunSet, st: dict) -> dict[int, Spread]:
@@ -132,46 +197,179 @@ def toggle_rows(toggle: dict) -> list[list[object]]:
     """Target 2 inside one server (``probe_toggle.py``): the default poll, then 1 s."""
     rows = []
     poll = toggle["meta"]["poll_s"]
+    widths = [s.hi - s.lo for cd in toggle["cells"] if not probe_toggle.invalid(cd)
+              and (o := probe_toggle.null_overheads(cd)) for s in [Spread.of(o)]]
+    null_text = (f"the probes out in both windows ('off' against the next 'off', A/A), the "
+                 f"groups span {min(widths):.0f}-{max(widths):.0f} points: the windows' own "
+                 "noise" if widths else None)
     for state, what in (("on", f"poll every {poll:g} s, the default"),
                         ("on-poll-1s", "poll every 1 s, the shortest")):
         over = probe_toggle.overhead_spreads(toggle, state)
         rows.append(["2", f"{probe_toggle.T_OVERHEAD} ({what}) at every concurrency",
                      "; ".join(f"c={c}: {s.text('{:+.1f}')}" for c, s in over.items()),
-                     probe_toggle.verdict_text(toggle, state)])
+                     probe_toggle.verdict_text(toggle, state),
+                     "; ".join(x for x in (resolution_cause(over, "groups"), null_text)
+                               if x) or None])
     return rows
 
 
 def instance_lines(rs: RunSet, st: dict) -> list[str]:
-    """Two identical specgw processes against each other: what a ratio between two
+    """Two identical processes of one server against each other: what a ratio between two
     server processes reads when nothing but the process differs."""
-    cells = {c: s for c in rs.conc() if (s := st.get(("specgw-2", "specgw", c)))}
-    if not cells:
+    lines: list[str] = []
+    for a, b in INSTANCES:
+        cells = {c: s for c in rs.conc() if (s := st.get((a, b, c)))}
+        if not cells:
+            continue
+        lines += [f"Two identical `{b}` processes (`{a}` / `{b}`, same flags, started one "
+                  "after the other) in the same repetitions:", ""]
+        for c, s in cells.items():
+            sv = st.get(("specgw", "vllm", c))
+            lines.append(f"* c={c}: {s['ratio'].text('{:.2f}')} over {s['ratio'].n} paired "
+                         f"repetitions, spanning {100 * (s['ratio'].hi - s['ratio'].lo):.0f} "
+                         "points" + (f"; specgw / vllm serve in the same repetitions "
+                                     f"{sv['ratio'].text('{:.2f}')}, spanning "
+                                     f"{100 * (sv['ratio'].hi - sv['ratio'].lo):.0f} points"
+                                     if sv else "") + ".")
+        far = [c for c, s in cells.items() if abs(s["ratio"].median - 1) > 0.02]
+        lines += ["", (f"At c={', '.join(map(str, far))} two processes of `{b}` differ by "
+                       "more than 2% in median: a ratio between two server processes there "
+                       "carries a process offset of that size whatever the servers are."
+                       if far else f"No concurrency shows a median offset above 2% between "
+                       f"two processes of `{b}`."), ""]
+    return lines[:-1]
+
+
+def instance_floor(st: dict, c: int) -> float | None:
+    """The largest median offset from 1 between two identical processes of one server at
+    ``c`` (None where no instance pair ran)."""
+    offs = [abs(s["ratio"].median - 1) for a, b in INSTANCES if (s := st.get((a, b, c)))]
+    return max(offs) if offs else None
+
+
+def engine_share(rs: RunSet, c: int) -> tuple[float, float] | None:
+    """(client, engine) mean inter-token latency of specgw minus vllm serve, in % of vllm
+    serve's client-side mean (medians over the repetitions): the engine core's own clock
+    (``engine_timing``) against the client's. None where the runs did not record it."""
+    med = {}
+    for key in (("bench", "mean_itl_ms"), ("engine_timing", "itl_mean_ms")):
+        for v in ("specgw", "vllm"):
+            if not (x := rs.server_values(v, c, *key)):
+                return None
+            med[(key[0], v)] = statistics.median(x)
+    base = med[("bench", "vllm")]
+    return (100 * (med[("bench", "specgw")] - base) / base,
+            100 * (med[("engine_timing", "specgw")] - med[("engine_timing", "vllm")]) / base)
+
+
+# %: inter-token latency differences below this are not read as a cause (the medians of two
+# identical processes' repetitions differ by more than this at c=1 on the H200 host).
+STEP_NOISE = 2.0
+
+
+def clock_reading(client: float, engine: float) -> str:
+    """Where a step-time difference sits, from the two clocks (both in % of vllm's ITL)."""
+    head = (f"mean inter-token latency specgw vs vllm serve {client:+.1f}% at the client, "
+            f"{engine:+.1f}% on the engine core's clock")
+    if abs(client) < STEP_NOISE and abs(engine) < STEP_NOISE:
+        return head + ": no steady step-time difference lies behind the tok/s gap"
+    if client * engine < 0:
+        return head + ": the clocks disagree in sign, so the gap is not placed"
+    if abs(engine) >= 0.5 * abs(client):
+        return head + ": most of it is already there on the engine core's clock"
+    return head + ": most of it is added after the engine core (API process, HTTP, client)"
+
+
+def deficit_cause(rs: RunSet, st: dict, c: int) -> str:
+    """Where a specgw / vllm serve gap at ``c`` sits, as far as the run set can say:
+    against the offset between two processes of one server, and engine step time against
+    the front end (client ITL against engine ITL)."""
+    s = st[("specgw", "vllm", c)]
+    parts = []
+    if (floor := instance_floor(st, c)) is not None:
+        gap = abs(s["ratio"].median - 1)
+        parts.append(f"the gap ({100 * gap:.1f}%) is {'within' if gap <= floor else 'beyond'}"
+                     f" the largest offset between two identical processes of one server "
+                     f"({100 * floor:.1f}%)")
+    if (sh := engine_share(rs, c)) is not None:
+        parts.append(clock_reading(*sh))
+    return "; ".join(parts)
+
+
+def process_cells(sets: list[RunSet]) -> list[tuple[RunSet, int, Spread, float | None]]:
+    """(run set, c, specgw / vllm serve ratio, the larger instance offset or None) for every
+    cell where both servers ran."""
+    out = []
+    for rs in sets:
+        st = pair_stats(rs)
+        out += [(rs, c, s["ratio"], instance_floor(st, c)) for c in rs.conc()
+                if (s := st.get(("specgw", "vllm", c)))]
+    return out
+
+
+def process_summary(sets: list[RunSet]) -> str:
+    cells = process_cells(sets)
+    floored = [(r, f) for _, _, r, f in cells if f is not None]
+    if not floored:
+        return ""
+    below = sum(r.median < 1 for _, _, r, _ in cells)
+    within = sum(abs(r.median - 1) <= f for r, f in floored)
+    return (f"specgw / vllm serve is below 1 in {below} of {len(cells)} (run set, concurrency) "
+            f"cells over {len({id(rs) for rs, *_ in cells})} run sets; where a set has two "
+            f"identical processes of one server, the gap is within their larger offset in "
+            f"{within} of {len(floored)} cells")
+
+
+def host_line(sets: list[RunSet]) -> str:
+    """What the run sets' hosts were (``serve_compare.py`` records ``lscpu``): one NUMA node
+    leaves no socket or node for a process to land on unluckily."""
+    out, nodes = [], set()
+    for rs in sets:
+        lscpu = rs.meta.get("host", {}).get("lscpu", "")
+        f = {k.strip(): v.strip() for k, v in (ln.split(":", 1) for ln in lscpu.splitlines()
+                                               if ":" in ln)}
+        if f:
+            nodes.add((f.get("NUMA node(s)"), f.get("Socket(s)")))
+            out.append(f"`{rs.label}`: {f.get('CPU(s)', '?')} CPUs, {f.get('Socket(s)', '?')} "
+                       f"socket(s), {f.get('NUMA node(s)', '?')} NUMA node(s), hypervisor "
+                       f"{f.get('Hypervisor vendor', 'none')}")
+    if not out:
+        return ""
+    return ("The host as `lscpu` described it: " + "; ".join(out) + "." + (
+        " One NUMA node and one socket in every set: the process offsets above are not a "
+        "matter of which node or socket a server's engine core landed on." if nodes == {("1", "1")}
+        else "") + " Each server's processes and the CPU each last ran on are in every run's "
+        "`placement`.")
+
+
+def process_lines(sets: list[RunSet]) -> list[str]:
+    """specgw / vllm serve next to the two instance pairs, per run set and concurrency:
+    whether a gap between the two servers is larger than what separates two processes of
+    one server in the same set."""
+    if not (summary := process_summary(sets)):
         return []
-    lines = ["Two identical `specgw serve` processes (`specgw-2` / `specgw`, same flags, "
-             "started one after the other) in the same repetitions:", ""]
-    for c, s in cells.items():
-        sv = st.get(("specgw", "vllm", c))
-        lines.append(f"* c={c}: {s['ratio'].text('{:.2f}')} over {s['ratio'].n} paired "
-                     f"repetitions, spanning {100 * (s['ratio'].hi - s['ratio'].lo):.0f} "
-                     "points" + (f"; specgw / vllm serve in the same repetitions "
-                                 f"{sv['ratio'].text('{:.2f}')}, spanning "
-                                 f"{100 * (sv['ratio'].hi - sv['ratio'].lo):.0f} points"
-                                 if sv else "") + ".")
-    far = [c for c, s in cells.items() if abs(s["ratio"].median - 1) > 0.02]
-    lines += ["", (f"At c={', '.join(map(str, far))} two processes of one server differ by "
-                   "more than 2% in median: a ratio between two server processes there "
-                   "carries a process offset of that size whatever the servers are." if far
-                   else "Neither concurrency shows a median offset above 2% between two "
-                   "processes of one server.")]
-    return lines
+    rows = []
+    for rs, c, r, _ in process_cells(sets):
+        st = pair_stats(rs)
+        inst = [st.get((a, b, c)) for a, b in INSTANCES]
+        rows.append([rs.label, c, r.text("{:.2f}"),
+                     *(x["ratio"].text("{:.2f}") if x else None for x in inst)])
+    return ["specgw / vllm serve in every run set, next to two identical processes of each "
+            "server in the same set (output tok/s, median (min-max) of paired ratios):", "",
+            *md_table(["run set", "concurrency", "specgw / vllm",
+                       *(f"{a} / {b}" for a, b in INSTANCES)], rows), "",
+            f"{summary}: on this host a ratio between two server processes carries an offset "
+            "of that size whatever the servers are, so those cells cannot show specgw slower "
+            "or faster than vllm serve.", *(["", text] if (text := host_line(sets)) else [])]
 
 
 def c1_step_lines(sets: list[RunSet], cost: dict | None) -> list[str]:
     """At c=1 each SSE event is one engine step (its tokens together), so the inter-token
     latency p50 is the step time the client sees: per server and run set, and specgw's
-    minus the same run set's probes-off server where both ran."""
+    minus the same run set's probes-off server where both ran. Where the runs recorded
+    it, the engine core's own mean inter-token latency next to the client's."""
     servers = ("specgw", "specgw-probes-off", "vllm")
-    rows, gaps = [], []
+    rows, gaps, engine_rows = [], [], []
     for rs in sets:
         med = {v: statistics.median(x) for v in servers
                if (x := rs.values(v, 1, "median_itl_ms"))}
@@ -180,11 +378,25 @@ def c1_step_lines(sets: list[RunSet], cost: dict | None) -> list[str]:
         rows.append([rs.label, *(f"{med[v]:.2f}" if v in med else None for v in servers)])
         if "specgw-probes-off" in med:
             gaps.append((rs.label, 1000 * (med["specgw"] - med["specgw-probes-off"])))
+        for v in rs.variants():
+            client = rs.values(v, 1, "mean_itl_ms")
+            engine = rs.server_values(v, 1, "engine_timing", "itl_mean_ms")
+            if client and engine:
+                cm, em = statistics.median(client), statistics.median(engine)
+                engine_rows.append([rs.label, v, len(engine), f"{cm:.3f}", f"{em:.3f}",
+                                    f"{cm - em:+.3f}"])
     if not rows:
         return []
     lines = ["Step time at c=1 as the client sees it (inter-token latency p50, ms, median of "
              "the repetitions; at c=1 an SSE event carries one engine step's tokens):", "",
              *md_table(["run set", *servers], rows)]
+    if engine_rows:
+        lines += ["", "The same at c=1 on two clocks, mean inter-token latency (medians of the "
+                  "repetitions): the client's (`vllm bench serve`), and the engine core's "
+                  "(`vllm:inter_token_latency_seconds`, fed from the engine-core process's "
+                  "output timestamps, so before the API process and HTTP):", "",
+                  *md_table(["run set", "server", "reps", "client ms", "engine core ms",
+                             "client minus engine ms"], engine_rows)]
     if gaps:
         path = (cost or {}).get("step_cost_us", {}).get("v2_full_k3")
         lines += ["", "specgw with probes minus the same server without them (another process "
@@ -368,7 +580,9 @@ def speed_causes(rs: RunSet, st: dict) -> list[str]:
             what = "every paired repetition at or above 1"
         else:
             what = f"{below} of {len(s['ratios'])} paired repetitions below 1, the rest above"
-        lines.append(f"* c={c}: {s['ratio'].text('{:.2f}')}, {what}.")
+        cause = deficit_cause(rs, st, c) if s["ratio"].median < 1 else ""
+        lines.append(f"* c={c}: {s['ratio'].text('{:.2f}')}, {what}"
+                     + (f"; {cause}" if cause else "") + ".")
     return lines
 
 
@@ -420,7 +634,6 @@ def spec_verdicts(sets: list[RunSet]) -> tuple[list[list[object]], list[str]]:
     one = ratios(pooled(sets, "vllm", "vllm-nospec", 1))
     if one:
         s = Spread.of(one)
-        rows.append(["4", str(T_SPEC), s.text("{:.2f}"), verdict(T_SPEC.met(s.median))])
         tp = ratios(pooled(sets, "vllm", "vllm-nospec", 1, "median_tpot_ms"))
         al = statistics.median(paired_acceptance(sets, "vllm", "vllm-nospec", 1))
         # TPOT x tokens per step = the time of one step, so a speculative step (3 drafter
@@ -428,6 +641,11 @@ def spec_verdicts(sets: list[RunSet]) -> tuple[list[list[object]], list[str]]:
         # paired TPOT ratio times the acceptance length.
         steps = Spread.of([t * al for t in tp])
         need = T_SPEC.threshold * steps.median
+        rows.append(["4", str(T_SPEC), s.text("{:.2f}"), verdict(T_SPEC.met(s.median)),
+                     None if T_SPEC.met(s.median) else
+                     f"acceptance length {al:.2f} against a speculative step of "
+                     f"{steps.median:.2f} plain steps: {T_SPEC.threshold:g}x needs an "
+                     f"acceptance length of {need:.2f} at that step cost"])
         notes.append(
             f"* At c=1 a speculative step yields {al:.2f} tokens (acceptance length, vLLM's "
             f"counters, median of the paired runs) and costs {steps.text('{:.2f}')} plain "
@@ -445,15 +663,28 @@ def spec_verdicts(sets: list[RunSet]) -> tuple[list[list[object]], list[str]]:
              f"c={', '.join(map(str, above)) or 'none'}")
     monotone = all(m1 >= m2 for m1, m2 in zip(list(med.values()), list(med.values())[1:],
                                               strict=False))
+    spans = [Spread.of(r) for c in med if (r := ratios(pooled(sets, "vllm", "vllm-nospec", c)))]
     rows.append(["4", "where speculation stops paying (crossover)", cross,
-                 "single crossover" if monotone and below else "no single crossover"])
+                 "single crossover" if monotone and below else "no single crossover",
+                 None if monotone else crossover_cause(med, spans)])
     for c in (1, 32):
         r = ratios(pooled(sets, "vllm-v1-piecewise", "vllm-v1-eager-draft", c))
         if r:
             s = Spread.of(r)
             rows.append(["4", f"{T_DRAFT} at c={c}", f"{s.text('{:.2f}')}, {s.n} paired reps",
-                         verdict(T_DRAFT.met(s.median))])
+                         verdict(T_DRAFT.met(s.median)), None])
     return rows, notes
+
+
+def crossover_cause(med: dict[int, float], spans: list[Spread]) -> str:
+    """Whether the paired ratios can order the concurrencies at all."""
+    gap, widest = max(med.values()) - min(med.values()), max(x.hi - x.lo for x in spans)
+    if widest > gap:
+        return (f"the paired ratios of one concurrency span up to {widest:.2f}, wider than the "
+                f"{gap:.2f} between the highest and lowest median: these runs do not order "
+                "the concurrencies")
+    return (f"the medians differ by up to {gap:.2f}, more than any concurrency's span "
+            f"({widest:.2f}): the gain does not fall steadily with load on this pair")
 
 
 def drafter_table(sets: list[RunSet]) -> list[str]:
@@ -507,6 +738,7 @@ def probe_section(serve: RunSet, earlier: list[RunSet], toggle: dict | None,
                   probe_toggle.protocol_text(toggle) + " Raw windows: "
                   "`docs/gpu/probe_toggle/probe_toggle.json`; protocol: "
                   "`benchmarks/probe_toggle.py`.", "", *probe_toggle.toggle_table(toggle), "",
+                  *probe_toggle.null_lines(toggle), "",
                   "Probes in at the default poll, group by group:", "",
                   *spread_reading(probe_toggle.overhead_spreads(toggle, "on"), "groups"),
                   "",
@@ -533,7 +765,8 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
     st = pair_stats(serve)
     router = router or serve
     rst = pair_stats(router)
-    rows = (serve_rows(serve, st) + (toggle_rows(toggle) if toggle else [])
+    rows = (serve_rows(serve, st, by_date([*earlier, serve]))
+            + (toggle_rows(toggle) if toggle else [])
             + router_rows(rst))
     rows.sort(key=lambda r: r[0])
     srows, snotes = spec_verdicts(spec) if spec else ([], [])
@@ -569,7 +802,7 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
                "present" for rs in spec), "",
              "## The targets of issue #14", "",
              *md_table(["#", "target", "measured: median (min-max) over paired repetitions",
-                        "met?"], rows + srows), "",
+                        "met?", "why not, as far as these runs show"], rows + srows), "",
              "Target 5 (one report writer, verdicts in code) is this page and its generator; "
              "the audit errors the issue lists were corrected in `docs/gpu_bench.md` (the "
              "in-process sweep, formerly this page).", "",
@@ -582,6 +815,7 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
               *config_evidence(serve), "",
               swing_text(serve), "",
               *instance_lines(serve, st), "",
+              *process_lines(by_date([*earlier, serve])), "",
               *c1_step_lines(by_date([*earlier, serve]), cost), "",
               "## 2. Probe overhead, with error bars", "",
               *probe_section(serve, earlier, toggle, cost),
@@ -613,7 +847,7 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--serve", type=Path, default=SC / "run4_speed",
+    ap.add_argument("--serve", type=Path, default=SC / "run5_instance",
                     help="run set of specgw and vllm serve (target 1)")
     ap.add_argument("--router", type=Path, default=SC / "run4_router",
                     help="run set of the router and vllm serve (target 3)")
@@ -621,7 +855,8 @@ def main() -> None:
                     help=f"default: {SC}/run3_1b_a and {SC}/run3_1b_b")
     ap.add_argument("--pair-info", type=Path, default=SC / "pair_1b_build_info.json")
     ap.add_argument("--earlier", type=Path, action="append",
-                    help=f"earlier run sets of the bundled pair (default: {SC}/run3, run1)")
+                    help=f"earlier run sets of the bundled pair (default: {SC}/run6_instance, "
+                         "run4_speed, run3, run1)")
     ap.add_argument("--probe-cost", type=Path, default=Path("docs/probe_cost.json"))
     ap.add_argument("--probe-toggle", type=Path,
                     default=Path("docs/gpu/probe_toggle/probe_toggle.json"))
@@ -629,7 +864,8 @@ def main() -> None:
     a = ap.parse_args()
     spec = [RunSet.load(s) for s in a.spec or [SC / "run3_1b_a", SC / "run3_1b_b"]]
     info = json.loads(a.pair_info.read_text()) if a.pair_info.exists() else None
-    earlier = [RunSet.load(s) for s in a.earlier or [SC / "run3", SC / "run1"]]
+    earlier = [RunSet.load(s) for s in a.earlier or [SC / "run6_instance", SC / "run4_speed",
+                                                     SC / "run3", SC / "run1"]]
     cost = json.loads(a.probe_cost.read_text()) if a.probe_cost.exists() else None
     toggle = json.loads(a.probe_toggle.read_text()) if a.probe_toggle.exists() else None
     lines = document(RunSet.load(a.serve), spec, info, a.out, earlier, cost, toggle,

@@ -10,6 +10,8 @@ Servers (``--variants``, any subset; each a real process on 127.0.0.1):
 * ``specgw-poll-1s``    ``specgw`` with ``--poll-interval 1`` (default 5 s)
 * ``specgw-2``          a second ``specgw`` process, identical: how far two instances of
                         one server differ (the floor under every cross-process ratio)
+* ``vllm-2``            a second ``vllm`` process, identical: the same floor for vLLM's
+                        own server
 * ``router``            ``specgw serve --backend`` in front of the ``vllm`` server (routing
                         only, no engine of its own): router overhead vs ``vllm``
 * ``specgw-defaults`` / ``vllm-defaults``  each server with only model, draft and k given
@@ -40,15 +42,18 @@ repetition (so no server always runs first or last), one ``vllm bench serve`` ru
 (in-process: ``vllm.benchmarks.serve.main``; random dataset, ``--ignore-eos``, fixed
 input/output lengths, ``num_prompts = max(--min-prompts, --prompts-per-client * c)``)
 after ``--num-warmups`` warm-up requests. Each run's result is one JSON file under
-``OUT/runs/``; a run whose file exists is skipped, so an interrupted matrix resumes.
+``OUT/runs/``, with what the server's own counters say about the same seconds (vLLM's
+acceptance counters, its engine-side inter-token latency, our drafter probes) and where
+the server's processes ran (``placement``; the host's CPU and GPU topology is in
+``servers.json``); a run whose file exists is skipped, so an interrupted matrix resumes.
 ``serve_compare_report.py`` turns ``OUT`` into ``docs/serve_compare.md``.
 
-Device (after ``gpu_session.sh stash`` and ``install``; the reduced matrix, three engines
-started in about three minutes, 60 runs in about four; output under $OUT)::
+Device (after ``gpu_session.sh stash`` and ``install``; four engines started in two to
+four minutes, 80 runs in about four; output under $OUT). ``run5_instance`` was::
 
-    JOB_SECONDS=570 bash benchmarks/gpu_session.sh job benchmarks/serve_compare.py \
-        --variants specgw,vllm,specgw-probes-off --concurrency 1,16,64,128 --reps 5 \
-        --gpu-share 0.25 --budget-s 480
+    JOB_SECONDS=578 bash benchmarks/gpu_session.sh job benchmarks/serve_compare.py \
+        --variants specgw,specgw-2,vllm,vllm-2 --concurrency 1,16,64,128 --reps 5 \
+        --gpu-share 0.2 --budget-s 490 --out /root/results/serve_compare/run5_instance
 
 Here: ``flock /tmp/specgw-engine.lock python -m benchmarks.serve_compare --out DIR ...``.
 """
@@ -56,8 +61,10 @@ Here: ``flock /tmp/specgw-engine.lock python -m benchmarks.serve_compare --out D
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -73,8 +80,8 @@ from benchmarks.harness import (
 )
 
 SERVED = "bench"
-VARIANTS = ("specgw", "specgw-2", "vllm", "specgw-probes-off", "specgw-poll-1s", "router",
-            "specgw-defaults", "vllm-defaults", "vllm-nospec", "vllm-v1-piecewise",
+VARIANTS = ("specgw", "specgw-2", "vllm", "vllm-2", "specgw-probes-off", "specgw-poll-1s",
+            "router", "specgw-defaults", "vllm-defaults", "vllm-nospec", "vllm-v1-piecewise",
             "vllm-v1-eager-draft")
 V1_PLUGIN = ("vllm-v1-piecewise", "vllm-v1-eager-draft")
 BUNDLED = ROOT / "models" / "tiny-code-llama"
@@ -256,6 +263,55 @@ def drafter_graphs(before: Samples, after: Samples) -> dict | None:
             "replayed": d("specgw_cudagraph_replayed_forwards_total")}
 
 
+def engine_timing(before: Samples, after: Samples) -> dict:
+    """What the engine's own clock says about a run: vLLM's inter-token latency histogram
+    is fed from the engine core's output timestamps (``EngineCoreOutputs.timestamp``, set
+    in the engine-core process), so its mean is the step time before the API process and
+    the network; the client's ITL adds both. Equal engine ITLs with unequal client ITLs
+    put a difference in the front end, unequal engine ITLs in the engine."""
+    def d(name: str) -> float:
+        return metric_sum(after, name) - metric_sum(before, name)
+
+    n = d("vllm:inter_token_latency_seconds_count")
+    return {"itl_mean_ms": round(1000 * d("vllm:inter_token_latency_seconds_sum") / n, 4)
+            if n else None,
+            "itl_count": n,
+            "iterations": d("vllm:iteration_tokens_total_count"),
+            "generation_tokens": d("vllm:generation_tokens_total")}
+
+
+def placement(srv: Server) -> list[dict]:
+    """The CPU each of the server's processes last ran on, and the cores it may use: a
+    per-process offset that follows the socket or NUMA node the engine core landed on
+    shows here (``host_topology`` says which cores belong to which node)."""
+    import psutil
+
+    try:
+        root = psutil.Process(srv.proc.pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+    out = []
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            out.append({"pid": p.pid, "name": p.name(), "cpu": p.cpu_num(),
+                        "affinity": len(p.cpu_affinity()), "threads": p.num_threads()})
+    return out
+
+
+def host_topology() -> dict:
+    """The host's CPU sockets / NUMA nodes and the GPU's CPU affinity, as its tools say."""
+    out = {"sched_affinity": sorted(os.sched_getaffinity(0))}
+    for key, cmd in (("lscpu", ["lscpu"]), ("numa", ["numactl", "--hardware"]),
+                     ("gpu_topo", ["nvidia-smi", "topo", "-m"])):
+        try:
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+            out[key] = (res.stdout or res.stderr)[-4000:]
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            out[key] = f"unavailable: {exc}"
+    return out
+
+
 def run_matrix(a: argparse.Namespace, servers: dict[str, Server]) -> None:
     runs = a.out / "runs"
     runs.mkdir(parents=True, exist_ok=True)
@@ -284,7 +340,9 @@ def run_matrix(a: argparse.Namespace, servers: dict[str, Server]) -> None:
                 acc = acceptance(before, after, a.k)
                 rec = {"variant": v, "concurrency": c, "rep": rep, "position": order.index(v),
                        "started": t, "wall_s": round(time.time() - t, 2), "bench": res,
-                       "server_acceptance": acc, "drafter_graphs": drafter_graphs(before, after)}
+                       "server_acceptance": acc, "drafter_graphs": drafter_graphs(before, after),
+                       "engine_timing": engine_timing(before, after),
+                       "placement": placement(srv)}
                 f.write_text(json.dumps(rec, indent=1))
                 print(f"[{done}/{total}] {v} c={c} rep={rep}: "
                       f"{res.get('output_throughput', 0):.0f} tok/s, TPOT p50 "
@@ -347,6 +405,7 @@ def main() -> int:
                 "device_name": (torch.cuda.get_device_name() if dev == "cuda"
                                 else f"cpu x{os.cpu_count()}"),
                 "vllm": vllm.__version__, "torch": torch.__version__, "engine_config": cfg,
+                "host": host_topology(),
                 "protocol": {k: (str(v) if isinstance(v, Path) else v)
                              for k, v in vars(a).items()},
                 "servers": {v: {"argv": s.argv, "config_log": config_evidence(s)}

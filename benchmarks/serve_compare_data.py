@@ -51,6 +51,12 @@ class RunSet:
     def values(self, v: str, c: int, key: str) -> list[float]:
         return [r["bench"][key] for r in self.runs(v, c) if r["bench"].get(key) is not None]
 
+    def server_values(self, v: str, c: int, section: str, key: str) -> list[float]:
+        """``key`` of what the server itself said about each run (``section`` of the run
+        record, e.g. ``engine_timing``), where the run recorded it."""
+        return [r[section][key] for r in self.runs(v, c)
+                if (r.get(section) or {}).get(key) is not None]
+
     def paired_runs(self, a: str, b: str, c: int) -> list[tuple[dict, dict]]:
         """(a, b) runs of the repetitions both ran (same repetition, same concurrency:
         seconds apart, in the rotated order)."""

@@ -83,7 +83,9 @@ def test_probe_toggle_pairs_windows_within_groups_and_drops_cells_the_client_bro
     cell whose load generator had failures is no evidence either way."""
     from benchmarks import probe_toggle as pt
 
-    raw = json.loads((DATA.parent / "probe_toggle" / "probe_toggle.json").read_text())
+    # The first device run: its load generator (httpx) broke at c=128.
+    raw = json.loads((DATA.parent / "probe_toggle" / "run1_httpx" / "probe_toggle.json")
+                     .read_text())
     by_c = {cd["concurrency"]: cd for cd in raw["cells"]}
     one = by_c[1]
     g0 = {w["state"]: w["tok_s"] for w in one["windows"] if w["group"] == 0}
@@ -96,6 +98,12 @@ def test_probe_toggle_pairs_windows_within_groups_and_drops_cells_the_client_bro
     clean = {**raw, "cells": [one]}
     med = pt.overhead_spreads(clean, "on")[1].median
     assert pt.verdict_text(clean).startswith("yes" if med <= 1 else "**no**")
+    # The A/A reading: consecutive groups' 'off' windows, nothing switched between them.
+    offs = [w["tok_s"] for w in sorted(one["windows"], key=lambda w: w["group"])
+            if w["state"] == "off"]
+    assert pt.null_overheads(one) == [100 * (1 - offs[i + 1] / offs[i])
+                                      for i in range(len(offs) - 1)]
+    assert len(pt.null_overheads(one)) == raw["meta"]["groups"] - 1
 
 
 def test_probe_path_share_and_verdict_are_computed_from_the_step():
@@ -131,3 +139,68 @@ def test_c1_step_gap_is_computed_within_each_run_set():
         assert f"`{rs.label}` {gap:+.0f} us" in text
     # Without a timed probe path there is nothing to compare the gap with.
     assert "does not account" not in text
+
+
+def test_target1_cause_reads_instance_offsets_and_both_clocks():
+    """The cause attached to a specgw / vllm serve gap: the larger offset between two
+    identical processes of one server in the same run set, and where the inter-token
+    latency difference sits (engine core's clock or after it)."""
+    import statistics
+
+    from benchmarks.benchmarks_report import (
+        clock_reading,
+        deficit_cause,
+        engine_share,
+        instance_floor,
+        process_summary,
+    )
+
+    rs = RunSet.load(DATA / "run5_instance")
+    st = pair_stats(rs)
+    floor = instance_floor(st, 1)
+    assert floor == max(abs(st[(a, b, 1)]["ratio"].median - 1)
+                        for a, b in (("specgw-2", "specgw"), ("vllm-2", "vllm")))
+    client, engine = engine_share(rs, 1)
+    base = statistics.median(rs.values("vllm", 1, "mean_itl_ms"))
+    assert client == 100 * (statistics.median(rs.values("specgw", 1, "mean_itl_ms")) - base) / base
+    e = [statistics.median(rs.server_values(v, 1, "engine_timing", "itl_mean_ms"))
+         for v in ("specgw", "vllm")]
+    assert engine == 100 * (e[0] - e[1]) / base
+    gap = abs(st[("specgw", "vllm", 1)]["ratio"].median - 1)
+    assert (("within" if gap <= floor else "beyond") + " the largest offset") in deficit_cause(
+        rs, st, 1)
+    assert "no steady step-time difference" in clock_reading(1.0, -1.0)
+    assert "engine core's clock: most of it is already there" in clock_reading(8.0, 7.0)
+    assert "added after the engine core" in clock_reading(8.0, 1.0)
+    assert "disagree in sign" in clock_reading(-9.0, 12.0)
+    # A run set without instance pairs or the engine's clock has no cause to give.
+    old = RunSet.load(DATA / "run4_speed")
+    assert instance_floor(pair_stats(old), 1) is None and engine_share(old, 1) is None
+    assert deficit_cause(old, pair_stats(old), 1) == ""
+    assert process_summary([old]) == ""
+    sets = [old, rs, RunSet.load(DATA / "run6_instance")]
+    within = below = 0
+    for s in sets:
+        for c in s.conc():
+            r = pair_stats(s)[("specgw", "vllm", c)]["ratio"].median
+            below += r < 1
+            if (f := instance_floor(pair_stats(s), c)) is not None:
+                within += abs(r - 1) <= f
+    text = process_summary(sets)
+    assert text.startswith(f"specgw / vllm serve is below 1 in {below} of 12 ")
+    assert text.endswith(f"within their larger offset in {within} of 8 cells")
+
+
+def test_ttft_and_resolution_causes_follow_the_pairs():
+    from benchmarks.benchmarks_report import resolution_cause, ttft_cause
+    from benchmarks.report import Spread
+
+    assert ttft_cause([0.2, 0.5, 0.9]) is None
+    assert "consistent cost" in ttft_cause([1.5, 2.0, 3.0])
+    assert "both sides of zero" in ttft_cause([-40.0, 35.0, 36.0])
+    over = {1: Spread.of([-5.0, 2.0, 9.0]), 16: Spread.of([2.0, 3.0, 4.0]),
+            64: Spread.of([-1.0, 0.0, 0.5])}
+    text = resolution_cause(over, "groups")
+    assert "at c=1 the groups straddle 1% with error bars 14-14 points wide" in text
+    assert "at c=16 every one of the groups is above 1%" in text
+    assert resolution_cause({64: over[64]}, "groups") is None

@@ -103,3 +103,33 @@ def test_per_request_timings_place_a_ttft_tail(tmp_path: Path):
     text = "\n".join(swing_findings([RunSet.load(src)], [128]))
     assert "specgw rep 2 p90/p99 546/552 ms" in text
     assert "2 requests over 318 ms, started 0-5 ms after the run's first request" in text
+
+
+def test_engine_timing_is_the_delta_of_vllms_own_histogram():
+    """The engine core's mean inter-token latency over one run: the histogram's sum over its
+    count between two scrapes, not since the server started."""
+    from benchmarks.harness import parse_metrics
+    from benchmarks.serve_compare import engine_timing
+
+    def scrape_text(s: float, n: float, it: float, gen: float) -> str:
+        return (f'vllm:inter_token_latency_seconds_sum{{model_name="bench"}} {s}\n'
+                f'vllm:inter_token_latency_seconds_count{{model_name="bench"}} {n}\n'
+                f'vllm:iteration_tokens_total_count{{model_name="bench"}} {it}\n'
+                f'vllm:generation_tokens_total{{model_name="bench"}} {gen}\n')
+
+    before = parse_metrics(scrape_text(10.0, 1000, 500, 2000))
+    after = parse_metrics(scrape_text(10.3, 1100, 540, 2128))
+    t = engine_timing(before, after)
+    assert t == {"itl_mean_ms": 3.0, "itl_count": 100, "iterations": 40,
+                 "generation_tokens": 128}
+    assert engine_timing(before, before)["itl_mean_ms"] is None
+
+
+def test_instance_pairs_are_paired_like_every_other_pair():
+    rs = RunSet.load(DATA / "run5_instance")
+    st = pair_stats(rs)
+    for a, b in (("specgw-2", "specgw"), ("vllm-2", "vllm")):
+        for c in rs.conc():
+            got = st[(a, b, c)]["ratios"]
+            want = [x / y for x, y in rs.paired(a, b, c, "output_throughput")]
+            assert got == want and len(got) == 5
