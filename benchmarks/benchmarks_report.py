@@ -84,12 +84,13 @@ def serve_rows(rs: RunSet, st: dict, sets: list[RunSet]) -> list[list[object]]:
     rows: list[list[object]] = []
     speed = {c: s for c in rs.conc() if (s := st.get(("specgw", "vllm", c)))}
     met = [c for c, s in speed.items() if T_SPEED.met(s["ratio"].median)]
+    cell_why = per_cell({c: deficit_cause(rs, st, c) for c in speed if c not in met},
+                        "two identical processes of one server")
+    speed_why = "; ".join(x for x in (cell_why, process_summary(sets)) if x) or None
     rows.append(["1", str(T_SPEED) + " in every cell",
                  "; ".join(f"c={c}: {s['ratio'].text('{:.2f}')}" for c, s in speed.items()),
                  verdict(len(met) == len(speed)) + f" ({len(met)} of {len(speed)} cells)",
-                 "; ".join(x for x in (
-                     per_cell({c: deficit_cause(rs, st, c) for c in speed if c not in met}),
-                     process_summary(sets)) if x) or None])
+                 speed_why])
     spread = {c: (rel_spread(rs.values("specgw", c, "output_throughput")),
                   rel_spread(rs.values("vllm", c, "output_throughput"))) for c in speed}
     ok = [c for c, (a, b) in spread.items() if T_SPREAD.met(a - b)]
@@ -97,7 +98,8 @@ def serve_rows(rs: RunSet, st: dict, sets: list[RunSet]) -> list[list[object]]:
                  "; ".join(f"c={c}: specgw {a:.0f}% / vllm {b:.0f}%"
                            for c, (a, b) in spread.items()),
                  verdict(len(ok) == len(spread)) + f" ({len(ok)} of {len(spread)} cells)",
-                 per_cell({c: spread_cause(rs, c) for c in spread if c not in ok})])
+                 per_cell({c: spread_cause(rs, c) for c in spread if c not in ok},
+                          "two identical processes of one server")])
     if over := probe_overhead(rs, st):
         ok = [c for c, s in over.items() if T_PROBES.met(s.median)]
         rows.append(["2", str(T_PROBES) + " at every concurrency (two server processes)",
@@ -109,13 +111,12 @@ def serve_rows(rs: RunSet, st: dict, sets: list[RunSet]) -> list[list[object]]:
     return rows
 
 
-def per_cell(causes: dict[int, str]) -> str | None:
-    """The cells' causes, or one line where the run set could show none."""
+def per_cell(causes: dict[int, str], lacking: str) -> str | None:
+    """The cells' causes, or one line saying what the run set lacked to give any."""
     if not causes:
         return None
     if not any(causes.values()):
-        return ("no cause this run set can show (it has neither two identical processes of "
-                "one server nor the engine's own clock)")
+        return f"no cause this run set can show (it has no {lacking})"
     return "; ".join(f"c={c}: {why or 'not shown'}" for c, why in causes.items())
 
 
@@ -129,23 +130,34 @@ def spread_cause(rs: RunSet, c: int) -> str:
         return ""
     d = (rel_spread(rs.values("specgw", c, "output_throughput"))
          - rel_spread(rs.values("vllm", c, "output_throughput")))
-    return (f"specgw's spread exceeds vllm serve's by {d:.0f} points, two identical processes "
-            f"of one server differ by up to {max(gaps):.0f}: "
-            + ("within that, so not a property of specgw" if d <= max(gaps)
-               else "beyond that"))
+    return (f"specgw's spread exceeds vllm serve's by {d:.0f} points, the spreads of two "
+            f"identical processes of one server by up to {max(gaps):.0f}: "
+            + ("not resolved against that" if d <= max(gaps) else "beyond that"))
+
+
+def against_target(s: Spread) -> str:
+    """'shown' (every sample above the probe target), 'excluded' (every one at or below
+    it) or 'straddles'."""
+    t = T_PROBES.threshold
+    return "shown" if s.lo > t else "excluded" if s.hi <= t else "straddles"
+
+
+def span_text(values: list[float]) -> str:
+    lo, hi = f"{min(values):.0f}", f"{max(values):.0f}"
+    return lo if lo == hi else f"{lo}-{hi}"
 
 
 def resolution_cause(over: dict[int, Spread], unit: str) -> str | None:
     """Why a probe-overhead verdict reads as it does: where the ``unit`` (repetitions,
     groups) straddle the target, the data does not resolve it either way."""
     t = T_PROBES.threshold
-    shown = [c for c, s in over.items() if s.lo > t]
-    straddle = [c for c, s in over.items() if s.lo <= t < s.hi]
+    shown = [c for c, s in over.items() if against_target(s) == "shown"]
+    straddle = [c for c, s in over.items() if against_target(s) == "straddles"]
     parts = []
     if straddle:
         widths = [over[c].hi - over[c].lo for c in straddle]
         parts.append(f"at c={', '.join(map(str, straddle))} the {unit} straddle {t:g}% with "
-                     f"error bars {min(widths):.0f}-{max(widths):.0f} points wide: not "
+                     f"error bars {span_text(widths)} points wide: not "
                      f"resolved at the {t:g}-point level (section 2: the probe path's own CPU "
                      "work per step)")
     if shown:
@@ -168,11 +180,14 @@ def ttft_cause(adds: list[float]) -> str | None:
     on both sides of zero (the direct runs' own TTFT moving more than the router adds)?"""
     if T_ROUTER_TTFT.met(statistics.median(adds)):
         return None
-    if min(adds) >= T_ROUTER_TTFT.threshold:
+    t = T_ROUTER_TTFT.threshold
+    over = [x for x in adds if x >= t]
+    if len(over) == len(adds):
         return "every paired repetition adds at least the target: a consistent cost"
-    return (f"the paired differences run from {min(adds):+.1f} to {max(adds):+.1f} ms, on both "
-            "sides of zero: TTFT at this load moves more between repetitions than the router "
-            "adds, so the median does not resolve a 1 ms cost")
+    return (f"{len(over)} of {len(adds)} paired repetitions add {t:g} ms or more (up to "
+            f"{max(adds):+.1f} ms), the other {len(adds) - len(over)} do not (down to "
+            f"{min(adds):+.1f} ms): the added TTFT is not the same from one repetition to "
+            "the next, and these runs do not say what sets it")
 
 
 def probe_overhead(rs: RunSet, st: dict) -> dict[int, Spread]:
@@ -197,11 +212,10 @@ def toggle_rows(toggle: dict) -> list[list[object]]:
     """Target 2 inside one server (``probe_toggle.py``): the default poll, then 1 s."""
     rows = []
     poll = toggle["meta"]["poll_s"]
-    widths = [s.hi - s.lo for cd in toggle["cells"] if not probe_toggle.invalid(cd)
-              and (o := probe_toggle.null_overheads(cd)) for s in [Spread.of(o)]]
-    null_text = (f"the probes out in both windows ('off' against the next 'off', A/A), the "
-                 f"groups span {min(widths):.0f}-{max(widths):.0f} points: the windows' own "
-                 "noise" if widths else None)
+    widths = [s.hi - s.lo for s in probe_toggle.null_spreads(toggle).values()]
+    null_text = (f"with the probes out in both windows ('off' against the next 'off', A/A) "
+                 f"the groups span {span_text(widths)} points: the windows' own noise is "
+                 "of that size" if widths else None)
     for state, what in (("on", f"poll every {poll:g} s, the default"),
                         ("on-poll-1s", "poll every 1 s, the shortest")):
         over = probe_toggle.overhead_spreads(toggle, state)
@@ -211,6 +225,9 @@ def toggle_rows(toggle: dict) -> list[list[object]]:
                      "; ".join(x for x in (resolution_cause(over, "groups"), null_text)
                                if x) or None])
     return rows
+
+
+INSTANCE_OFFSET = 0.02  # a median offset between two identical processes worth naming
 
 
 def instance_lines(rs: RunSet, st: dict) -> list[str]:
@@ -231,10 +248,11 @@ def instance_lines(rs: RunSet, st: dict) -> list[str]:
                                      f"{sv['ratio'].text('{:.2f}')}, spanning "
                                      f"{100 * (sv['ratio'].hi - sv['ratio'].lo):.0f} points"
                                      if sv else "") + ".")
-        far = [c for c, s in cells.items() if abs(s["ratio"].median - 1) > 0.02]
+        far = [c for c, s in cells.items() if abs(s["ratio"].median - 1) > INSTANCE_OFFSET]
         lines += ["", (f"At c={', '.join(map(str, far))} two processes of `{b}` differ by "
-                       "more than 2% in median: a ratio between two server processes there "
-                       "carries a process offset of that size whatever the servers are."
+                       f"more than {100 * INSTANCE_OFFSET:g}% in median: a ratio between two "
+                       "server processes there carries an offset of that size whatever the "
+                       "servers are."
                        if far else f"No concurrency shows a median offset above 2% between "
                        f"two processes of `{b}`."), ""]
     return lines[:-1]
@@ -247,52 +265,70 @@ def instance_floor(st: dict, c: int) -> float | None:
     return max(offs) if offs else None
 
 
-def engine_share(rs: RunSet, c: int) -> tuple[float, float] | None:
-    """(client, engine) mean inter-token latency of specgw minus vllm serve, in % of vllm
-    serve's client-side mean (medians over the repetitions): the engine core's own clock
-    (``engine_timing``) against the client's. None where the runs did not record it."""
-    med = {}
-    for key in (("bench", "mean_itl_ms"), ("engine_timing", "itl_mean_ms")):
-        for v in ("specgw", "vllm"):
-            if not (x := rs.server_values(v, c, *key)):
-                return None
-            med[(key[0], v)] = statistics.median(x)
-    base = med[("bench", "vllm")]
-    return (100 * (med[("bench", "specgw")] - base) / base,
-            100 * (med[("engine_timing", "specgw")] - med[("engine_timing", "vllm")]) / base)
+CLOCKS = (("bench", "mean_itl_ms"), ("engine_timing", "itl_mean_ms"))
 
 
-# %: inter-token latency differences below this are not read as a cause (the medians of two
-# identical processes' repetitions differ by more than this at c=1 on the H200 host).
-STEP_NOISE = 2.0
+def clock_diffs(rs: RunSet, a: str, b: str, c: int) -> tuple[float, float] | None:
+    """(client, engine core) mean inter-token latency of ``a`` minus ``b``, each in % of
+    ``b``'s on the same clock (medians over the repetitions); None where either server's
+    runs did not record both clocks."""
+    out = []
+    for key in CLOCKS:
+        x, y = rs.server_values(a, c, *key), rs.server_values(b, c, *key)
+        if not x or not y:
+            return None
+        out.append(100 * (statistics.median(x) - statistics.median(y)) / statistics.median(y))
+    return out[0], out[1]
 
 
-def clock_reading(client: float, engine: float) -> str:
-    """Where a step-time difference sits, from the two clocks (both in % of vllm's ITL)."""
+def itl_floor(rs: RunSet, c: int) -> tuple[float, float] | None:
+    """The larger difference between two identical processes of one server, per clock."""
+    diffs = [d for a, b in INSTANCES if (d := clock_diffs(rs, a, b, c))]
+    if not diffs:
+        return None
+    return max(abs(d[0]) for d in diffs), max(abs(d[1]) for d in diffs)
+
+
+def clock_reading(diff: tuple[float, float], floor: tuple[float, float]) -> str:
+    """Where a step-time difference sits, read against what separates two identical
+    processes of one server on each clock."""
+    (client, engine), (fc, fe) = diff, floor
     head = (f"mean inter-token latency specgw vs vllm serve {client:+.1f}% at the client, "
-            f"{engine:+.1f}% on the engine core's clock")
-    if abs(client) < STEP_NOISE and abs(engine) < STEP_NOISE:
-        return head + ": no steady step-time difference lies behind the tok/s gap"
+            f"{engine:+.1f}% on the engine core's clock (two identical processes of one "
+            f"server: up to {fc:.1f}% / {fe:.1f}%)")
+    if abs(client) <= fc and abs(engine) <= fe:
+        return head + ": not resolved against that"
     if client * engine < 0:
-        return head + ": the clocks disagree in sign, so the gap is not placed"
+        return head + ": the clocks disagree in sign, so the difference is not placed"
     if abs(engine) >= 0.5 * abs(client):
         return head + ": most of it is already there on the engine core's clock"
     return head + ": most of it is added after the engine core (API process, HTTP, client)"
 
 
+# Only at c=1 do the two clocks count the same thing: one SSE event per engine step, with
+# the client idle in between; under load the client's own per-event work enters its clock.
+CLOCK_C = 1
+
+
 def deficit_cause(rs: RunSet, st: dict, c: int) -> str:
-    """Where a specgw / vllm serve gap at ``c`` sits, as far as the run set can say:
-    against the offset between two processes of one server, and engine step time against
-    the front end (client ITL against engine ITL)."""
+    """What the run set says about a specgw / vllm serve gap at ``c``: against the offset
+    between two identical processes of one server; at c=1, where an inter-token latency
+    difference sits (engine core's clock or after it); under load, the paired TTFT and
+    TPOT, which can move in opposite directions."""
     s = st[("specgw", "vllm", c)]
     parts = []
     if (floor := instance_floor(st, c)) is not None:
         gap = abs(s["ratio"].median - 1)
-        parts.append(f"the gap ({100 * gap:.1f}%) is {'within' if gap <= floor else 'beyond'}"
-                     f" the largest offset between two identical processes of one server "
-                     f"({100 * floor:.1f}%)")
-    if (sh := engine_share(rs, c)) is not None:
-        parts.append(clock_reading(*sh))
+        parts.append(f"the gap ({100 * gap:.1f}%) is "
+                     + ("not resolved against" if gap <= floor else "beyond")
+                     + " the larger median offset between two identical processes of one "
+                     f"server ({100 * floor:.1f}%)")
+    if c == CLOCK_C:
+        if (d := clock_diffs(rs, "specgw", "vllm", c)) and (f := itl_floor(rs, c)):
+            parts.append(clock_reading(d, f))
+    elif s["ttft_add"] and s["tpot_ratio"] and parts:
+        parts.append(f"paired medians: TTFT p50 {s['ttft_add'].median:+.0f} ms, TPOT p50 "
+                     f"x{s['tpot_ratio'].median:.2f}")
     return "; ".join(parts)
 
 
@@ -314,32 +350,38 @@ def process_summary(sets: list[RunSet]) -> str:
         return ""
     below = sum(r.median < 1 for _, _, r, _ in cells)
     within = sum(abs(r.median - 1) <= f for r, f in floored)
+    n_sets = len({rs.label for rs, *_ in cells})
     return (f"specgw / vllm serve is below 1 in {below} of {len(cells)} (run set, concurrency) "
-            f"cells over {len({id(rs) for rs, *_ in cells})} run sets; where a set has two "
-            f"identical processes of one server, the gap is within their larger offset in "
-            f"{within} of {len(floored)} cells")
+            f"cells over {n_sets} run set{'s' * (n_sets != 1)}; where a set has two identical "
+            f"processes of each server, the gap is not resolved against their larger median "
+            f"offset in {within} of {len(floored)} cells")
+
+
+def lscpu_fields(rs: RunSet) -> dict[str, str]:
+    """``lscpu``'s "key: value" lines as ``serve_compare.py`` recorded them ({} where the
+    run set predates the record or lscpu was unavailable)."""
+    text = rs.meta.get("host", {}).get("lscpu", "")
+    if text.startswith("unavailable"):
+        return {}
+    return {k.strip(): v.strip() for k, v in (ln.split(":", 1) for ln in text.splitlines()
+                                              if ":" in ln)}
 
 
 def host_line(sets: list[RunSet]) -> str:
-    """What the run sets' hosts were (``serve_compare.py`` records ``lscpu``): one NUMA node
-    leaves no socket or node for a process to land on unluckily."""
-    out, nodes = [], set()
-    for rs in sets:
-        lscpu = rs.meta.get("host", {}).get("lscpu", "")
-        f = {k.strip(): v.strip() for k, v in (ln.split(":", 1) for ln in lscpu.splitlines()
-                                               if ":" in ln)}
-        if f:
-            nodes.add((f.get("NUMA node(s)"), f.get("Socket(s)")))
-            out.append(f"`{rs.label}`: {f.get('CPU(s)', '?')} CPUs, {f.get('Socket(s)', '?')} "
-                       f"socket(s), {f.get('NUMA node(s)', '?')} NUMA node(s), hypervisor "
-                       f"{f.get('Hypervisor vendor', 'none')}")
-    if not out:
+    """What the hosts of the run sets that recorded it were."""
+    seen = [(rs, f) for rs in sets if (f := lscpu_fields(rs)).get("CPU(s)")]
+    if not seen:
         return ""
-    return ("The host as `lscpu` described it: " + "; ".join(out) + "." + (
-        " One NUMA node and one socket in every set: the process offsets above are not a "
-        "matter of which node or socket a server's engine core landed on." if nodes == {("1", "1")}
-        else "") + " Each server's processes and the CPU each last ran on are in every run's "
-        "`placement`.")
+    topo = {(f.get("NUMA node(s)"), f.get("Socket(s)")) for _, f in seen}
+    return ("The host as `lscpu` described it, in the run sets that recorded it: " + "; ".join(
+        f"`{rs.label}`: {f['CPU(s)']} CPUs, {f.get('Socket(s)', '?')} socket(s), "
+        f"{f.get('NUMA node(s)', '?')} NUMA node(s), hypervisor "
+        f"{f.get('Hypervisor vendor', 'none')}" for rs, f in seen) + "." + (
+        " One NUMA node and one socket as the guest sees them: within the guest, the "
+        "offsets are not a matter of which node a server's engine core landed on; how the "
+        "hypervisor maps those CPUs onto the physical host is not visible from inside."
+        if topo == {("1", "1")} else "") + " Those run sets also record, per run, each "
+        "server's processes and the CPU each last ran on (`placement`).")
 
 
 def process_lines(sets: list[RunSet]) -> list[str]:
@@ -348,19 +390,21 @@ def process_lines(sets: list[RunSet]) -> list[str]:
     one server in the same set."""
     if not (summary := process_summary(sets)):
         return []
-    rows = []
+    rows, stats = [], {rs.label: pair_stats(rs) for rs in sets}
     for rs, c, r, _ in process_cells(sets):
-        st = pair_stats(rs)
-        inst = [st.get((a, b, c)) for a, b in INSTANCES]
-        rows.append([rs.label, c, r.text("{:.2f}"),
-                     *(x["ratio"].text("{:.2f}") if x else None for x in inst)])
+        inst = [stats[rs.label].get((a, b, c)) for a, b in INSTANCES]
+        rows.append([rs.label, rs.meta["protocol"].get("pin") or "not pinned", c,
+                     r.text("{:.2f}"), *(x["ratio"].text("{:.2f}") if x else None
+                                         for x in inst)])
     return ["specgw / vllm serve in every run set, next to two identical processes of each "
             "server in the same set (output tok/s, median (min-max) of paired ratios):", "",
-            *md_table(["run set", "concurrency", "specgw / vllm",
+            *md_table(["run set", "CPUs per server", "concurrency", "specgw / vllm",
                        *(f"{a} / {b}" for a, b in INSTANCES)], rows), "",
-            f"{summary}: on this host a ratio between two server processes carries an offset "
-            "of that size whatever the servers are, so those cells cannot show specgw slower "
-            "or faster than vllm serve.", *(["", text] if (text := host_line(sets)) else [])]
+            f"{summary}. On this host a ratio between two server processes carries an offset "
+            "of that size whatever the servers are; those instance offsets are themselves "
+            "medians of four or five repetitions and move between run sets (compare the "
+            "last two columns across sets), so they bound the resolution, not the cause.",
+            *(["", text] if (text := host_line(sets)) else [])]
 
 
 def c1_step_lines(sets: list[RunSet], cost: dict | None) -> list[str]:
@@ -457,10 +501,10 @@ def spread_reading(over: dict[int, Spread], unit: str = "repetitions") -> list[s
     (repetitions of a run set, groups of windows inside one server)?"""
     out, one = [], unit.removesuffix("s")
     for c, s in over.items():
-        if s.lo > T_PROBES.threshold:
+        if against_target(s) == "shown":
             what = (f"every {one} above {T_PROBES.threshold:g}%: an overhead is shown "
                     "in this data")
-        elif s.hi <= T_PROBES.threshold:
+        elif against_target(s) == "excluded":
             what = f"every {one} at or below {T_PROBES.threshold:g}%"
         else:
             what = (f"the {unit} straddle {T_PROBES.threshold:g}%: not resolved at "

@@ -72,11 +72,13 @@ class Server:
 
     By default ``specgw serve`` with ``args``; ``cmd`` replaces the ``specgw serve``
     prefix (``{port}`` in it or in ``args`` is filled in), ``ready_path`` is what answers
-    200 once it serves; ``port`` reuses a port (a restarted server keeps its address)."""
+    200 once it serves; ``port`` reuses a port (a restarted server keeps its address);
+    ``cpus`` confines the process, and every process and thread it starts, to those CPUs."""
 
     def __init__(self, name: str, args: list[str], env: Mapping[str, str] | None = None,
                  cmd: list[str] | None = None, ready_path: str = "/ready",
-                 log_dir: Path = LOG_DIR, port: int | None = None):
+                 log_dir: Path = LOG_DIR, port: int | None = None,
+                 cpus: Iterable[int] | None = None):
         self.name = name
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -90,9 +92,15 @@ class Server:
         else:
             argv = [a.replace("{port}", str(self.port)) for a in (*cmd, *args)]
         self.argv = argv
-        # Own session: stop() takes the engine-core and worker processes with it.
+        self.cpus = sorted(cpus) if cpus else None
+        mask = set(self.cpus or ())
+        # Own session: stop() takes the engine-core and worker processes with it. The CPU
+        # mask is set in the child before exec, while it has one thread: everything it
+        # starts later inherits it (setting it on the pid afterwards would miss threads).
         self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
-                                     env=full_env, start_new_session=True)
+                                     env=full_env, start_new_session=True,
+                                     preexec_fn=(lambda: os.sched_setaffinity(0, mask))
+                                     if mask else None)
 
     def wait_ready(self, timeout: float = START_TIMEOUT_S) -> None:
         try:

@@ -158,16 +158,24 @@ def null_overheads(cell_data: dict) -> list[float]:
     return [100 * (1 - b / a) for a, b in itertools.pairwise(offs) if a]
 
 
+def null_spreads(data: dict) -> dict[int, Spread]:
+    """{c: the A/A reading's median and min-max} for the valid cells."""
+    return {cd["concurrency"]: Spread.of(o) for cd in data["cells"]
+            if not invalid(cd) and (o := null_overheads(cd))}
+
+
 def null_lines(data: dict) -> list[str]:
-    rows = [[cd["concurrency"], s.n, s.text("{:+.2f}"), f"{s.hi - s.lo:.1f}"]
-            for cd in data["cells"] if not invalid(cd) and (o := null_overheads(cd))
-            for s in [Spread.of(o)]]
+    rows = [[c, s.n, s.text("{:+.2f}"), f"{s.hi - s.lo:.1f}"]
+            for c, s in null_spreads(data).items()]
     if not rows:
         return []
-    return ["The instrument's own resolution: the probes out in both windows, each group's "
-            "'off' against the next group's (an A/A comparison, seconds apart, same process):",
-            "", *md_table(["concurrency", "pairs", "'overhead' % median (min to max)",
-                           "error bar width, points"], rows)]
+    return ["The windows' own noise: the probes out in both windows, each group's 'off' "
+            "against the next group's (an A/A comparison, same process). Two 'off' windows "
+            "are two to five windows apart where an 'on' / 'off' pair is one or two, and "
+            "neighbouring pairs share a window, so this is a rough, somewhat wide reading of "
+            "what the windows alone produce:", "",
+            *md_table(["concurrency", "pairs", "'overhead' % median (min to max)",
+                       "error bar width, points"], rows)]
 
 
 def invalid(cd: dict) -> str | None:

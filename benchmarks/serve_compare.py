@@ -41,11 +41,14 @@ and stay warm. Then for every repetition, concurrency and server, in an order ro
 repetition (so no server always runs first or last), one ``vllm bench serve`` run
 (in-process: ``vllm.benchmarks.serve.main``; random dataset, ``--ignore-eos``, fixed
 input/output lengths, ``num_prompts = max(--min-prompts, --prompts-per-client * c)``)
-after ``--num-warmups`` warm-up requests. Each run's result is one JSON file under
-``OUT/runs/``, with what the server's own counters say about the same seconds (vLLM's
-acceptance counters, its engine-side inter-token latency, our drafter probes) and where
-the server's processes ran (``placement``; the host's CPU and GPU topology is in
-``servers.json``); a run whose file exists is skipped, so an interrupted matrix resumes.
+after ``--num-warmups`` warm-up requests. With ``--pin N`` each server (its API process,
+engine core and their threads) runs on N CPUs of its own and the load client on the rest.
+Each run's result is one JSON file under ``OUT/runs/``, with what the server's own
+counters say about the same seconds (vLLM's acceptance counters, its engine-side
+inter-token latency, our drafter probes; the warm-up requests fall inside that window,
+the client's figures leave them out) and where the server's processes ran
+(``placement``; the host's CPU and GPU topology is in ``servers.json``); a run whose file
+exists is skipped, so an interrupted matrix resumes.
 ``serve_compare_report.py`` turns ``OUT`` into ``docs/serve_compare.md``.
 
 Device (after ``gpu_session.sh stash`` and ``install``; four engines started in two to
@@ -170,26 +173,43 @@ def specgw_flags(cfg: dict, same: bool, max_c: int) -> tuple[list[str], dict]:
     return flags, env
 
 
+def cpu_plan(names: list[str], per: int, avail: list[int]) -> tuple[dict[str, list[int]],
+                                                                     list[int]]:
+    """``per`` CPUs of ``avail`` for each server, disjoint, in start order, and the rest for
+    the load client (this process): with ``--pin`` two servers never share a core, so a
+    per-process offset that comes from where the scheduler put an engine core's threads
+    goes away, and one that does not come from there stays."""
+    need = per * len(names)
+    if need >= len(avail):
+        raise SystemExit(f"--pin {per}: {len(names)} servers need {need} CPUs and leave none "
+                         f"for the client; this host offers {len(avail)}")
+    return {v: avail[i * per:(i + 1) * per] for i, v in enumerate(names)}, avail[need:]
+
+
 def start_servers(a: argparse.Namespace, cfg: dict, log_dir: Path,
                   servers: dict[str, Server]) -> None:
     """Start the variants one after another into ``servers`` (engines racing for memory
-    at profiling time fail), each ready before the next starts."""
+    at profiling time fail), each ready before the next starts; with ``--pin``, each on
+    its own CPUs and this process (the load client) on the rest."""
     max_c = max(a.concurrency)
     order = [v for v in a.variants if v != "router"]
     if "router" in a.variants and "vllm" not in order:
         order.append("vllm")
+    names = order + (["router"] if "router" in a.variants else [])
+    plan, rest = (cpu_plan(names, a.pin, sorted(os.sched_getaffinity(0))) if a.pin
+                  else ({}, []))
     for v in order:
         same = not v.endswith("-defaults")
         if v.startswith("vllm"):
             srv = Server(v, vllm_flags(cfg, same, v), env=vllm_env(v), cmd=vllm_serve_cmd(),
-                         ready_path="/health", log_dir=log_dir)
+                         ready_path="/health", log_dir=log_dir, cpus=plan.get(v))
         else:
             flags, env = specgw_flags(cfg, same, max_c)
             if v == "specgw-probes-off":
                 env["SPECGW_PROBES"] = "0"
             if v == "specgw-poll-1s":
                 flags += ["--poll-interval", "1"]
-            srv = Server(v, flags, env=env, log_dir=log_dir)
+            srv = Server(v, flags, env=env, log_dir=log_dir, cpus=plan.get(v))
         servers[v] = srv
         t = time.monotonic()
         srv.wait_ready(a.start_timeout)
@@ -198,10 +218,13 @@ def start_servers(a: argparse.Namespace, cfg: dict, log_dir: Path,
         srv = Server("router", ["--log-format", "text", "--backend",
                                 f"engine={servers['vllm'].url}", "--max-concurrency",
                                 str(max(64, max_c)), "--max-queue", str(4 * max(64, max_c))],
-                     log_dir=log_dir)
+                     log_dir=log_dir, cpus=plan.get("router"))
         servers["router"] = srv
         srv.wait_ready(120)
         print(f"== router ready at {srv.url}", flush=True)
+    if rest:
+        os.sched_setaffinity(0, rest)
+        print(f"== pinned: {plan}, client on {rest}", flush=True)
 
 
 def config_evidence(srv: Server) -> list[str]:
@@ -268,7 +291,9 @@ def engine_timing(before: Samples, after: Samples) -> dict:
     is fed from the engine core's output timestamps (``EngineCoreOutputs.timestamp``, set
     in the engine-core process), so its mean is the step time before the API process and
     the network; the client's ITL adds both. Equal engine ITLs with unequal client ITLs
-    put a difference in the front end, unequal engine ITLs in the engine."""
+    put a difference in the front end, unequal engine ITLs in the engine. The scrapes
+    bracket the whole ``vllm bench serve`` call, so its warm-up requests (same shape as
+    the measured ones) are in these counts and not in the client's."""
     def d(name: str) -> float:
         return metric_sum(after, name) - metric_sum(before, name)
 
@@ -380,6 +405,9 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=0,
                     help="seconds from start after which no new run starts (0: none); "
                          "the servers are stopped and a rerun resumes")
+    ap.add_argument("--pin", type=int, default=0, metavar="N",
+                    help="give each server N CPUs of its own and the load client the rest "
+                         "(0: no pinning, the scheduler places every process)")
     ap.add_argument("--only", action="append", default=[], metavar="VARIANT=C1,C2",
                     help="run VARIANT at these concurrencies only (repeatable)")
     a = ap.parse_args()
@@ -408,8 +436,10 @@ def main() -> int:
                 "host": host_topology(),
                 "protocol": {k: (str(v) if isinstance(v, Path) else v)
                              for k, v in vars(a).items()},
-                "servers": {v: {"argv": s.argv, "config_log": config_evidence(s)}
-                            for v, s in servers.items()}}
+                "servers": {v: {"argv": s.argv, "cpus": s.cpus,
+                                "config_log": config_evidence(s)}
+                            for v, s in servers.items()},
+                "client_cpus": sorted(os.sched_getaffinity(0))}
         (a.out / "servers.json").write_text(json.dumps(meta, indent=1))
         run_matrix(a, servers)
     except KeyboardInterrupt:

@@ -460,7 +460,8 @@ def protocol_text(rs: RunSet) -> str:
             f"per run `vllm bench serve`, random dataset, input {p['input_len']} / output "
             f"{p['output_len']} tokens, `--ignore-eos`, greedy, max({p['min_prompts']}, "
             f"{p['prompts_per_client']} x concurrency) prompts after {p['num_warmups']} "
-            "warm-up requests.")
+            "warm-up requests" + (f"; each server pinned to {p['pin']} CPUs of its own, the "
+                                  "client to the rest" if p.get("pin") else "") + ".")
 
 
 def not_measured(sets: list[RunSet]) -> list[str]:

@@ -143,15 +143,16 @@ def test_c1_step_gap_is_computed_within_each_run_set():
 
 def test_target1_cause_reads_instance_offsets_and_both_clocks():
     """The cause attached to a specgw / vllm serve gap: the larger offset between two
-    identical processes of one server in the same run set, and where the inter-token
-    latency difference sits (engine core's clock or after it)."""
+    identical processes of one server in the same run set, and (at c=1) where the
+    inter-token latency difference sits, each clock against its own instance floor."""
     import statistics
 
     from benchmarks.benchmarks_report import (
+        clock_diffs,
         clock_reading,
         deficit_cause,
-        engine_share,
         instance_floor,
+        itl_floor,
         process_summary,
     )
 
@@ -160,22 +161,32 @@ def test_target1_cause_reads_instance_offsets_and_both_clocks():
     floor = instance_floor(st, 1)
     assert floor == max(abs(st[(a, b, 1)]["ratio"].median - 1)
                         for a, b in (("specgw-2", "specgw"), ("vllm-2", "vllm")))
-    client, engine = engine_share(rs, 1)
-    base = statistics.median(rs.values("vllm", 1, "mean_itl_ms"))
-    assert client == 100 * (statistics.median(rs.values("specgw", 1, "mean_itl_ms")) - base) / base
-    e = [statistics.median(rs.server_values(v, 1, "engine_timing", "itl_mean_ms"))
-         for v in ("specgw", "vllm")]
-    assert engine == 100 * (e[0] - e[1]) / base
+
+    def med(v: str, key: tuple[str, str]) -> float:
+        return statistics.median(rs.server_values(v, 1, *key))
+
+    client, engine = clock_diffs(rs, "specgw", "vllm", 1)
+    for got, key in ((client, ("bench", "mean_itl_ms")),
+                     (engine, ("engine_timing", "itl_mean_ms"))):
+        # Each clock against vllm serve's own reading on the same clock.
+        assert got == 100 * (med("specgw", key) - med("vllm", key)) / med("vllm", key)
+    inst = [clock_diffs(rs, a, b, 1) for a, b in (("specgw-2", "specgw"), ("vllm-2", "vllm"))]
+    assert itl_floor(rs, 1) == (max(abs(d[0]) for d in inst), max(abs(d[1]) for d in inst))
     gap = abs(st[("specgw", "vllm", 1)]["ratio"].median - 1)
-    assert (("within" if gap <= floor else "beyond") + " the largest offset") in deficit_cause(
-        rs, st, 1)
-    assert "no steady step-time difference" in clock_reading(1.0, -1.0)
-    assert "engine core's clock: most of it is already there" in clock_reading(8.0, 7.0)
-    assert "added after the engine core" in clock_reading(8.0, 1.0)
-    assert "disagree in sign" in clock_reading(-9.0, 12.0)
+    cause = deficit_cause(rs, st, 1)
+    assert (("not resolved against" if gap <= floor else "beyond") + " the larger") in cause
+    assert "engine core's clock" in cause and "TTFT" not in cause
+    # Under load the clocks are not read; the paired TTFT and TPOT are given instead.
+    assert "engine core's clock" not in deficit_cause(rs, st, 64)
+    assert "paired medians: TTFT p50" in deficit_cause(rs, st, 64)
+    assert clock_reading((1.0, -1.0), (2.0, 2.0)).endswith("not resolved against that")
+    assert "already there" in clock_reading((8.0, 7.0), (2.0, 2.0))
+    assert "added after the engine core" in clock_reading((8.0, 1.0), (2.0, 2.0))
+    assert "disagree in sign" in clock_reading((-9.0, 12.0), (2.0, 2.0))
+    assert clock_reading((8.0, 7.0), (9.0, 9.0)).endswith("not resolved against that")
     # A run set without instance pairs or the engine's clock has no cause to give.
     old = RunSet.load(DATA / "run4_speed")
-    assert instance_floor(pair_stats(old), 1) is None and engine_share(old, 1) is None
+    assert instance_floor(pair_stats(old), 1) is None and itl_floor(old, 1) is None
     assert deficit_cause(old, pair_stats(old), 1) == ""
     assert process_summary([old]) == ""
     sets = [old, rs, RunSet.load(DATA / "run6_instance")]
@@ -188,7 +199,20 @@ def test_target1_cause_reads_instance_offsets_and_both_clocks():
                 within += abs(r - 1) <= f
     text = process_summary(sets)
     assert text.startswith(f"specgw / vllm serve is below 1 in {below} of 12 ")
-    assert text.endswith(f"within their larger offset in {within} of 8 cells")
+    assert text.endswith(f"larger median offset in {within} of 8 cells")
+    assert "over 3 run sets" in text and "over 3 run sets" in process_summary([*sets, rs])
+
+
+def test_host_line_names_only_the_run_sets_that_recorded_the_host():
+    from benchmarks.benchmarks_report import host_line
+
+    old, new = RunSet.load(DATA / "run4_speed"), RunSet.load(DATA / "run5_instance")
+    assert host_line([old]) == ""
+    text = host_line([old, new])
+    assert "`run5_instance`: 16 CPUs, 1 socket(s), 1 NUMA node(s), hypervisor KVM" in text
+    assert "run4_speed" not in text and "One NUMA node and one socket" in text
+    new.meta = {**new.meta, "host": {"lscpu": "unavailable: [Errno 2] lscpu"}}
+    assert host_line([new]) == ""
 
 
 def test_ttft_and_resolution_causes_follow_the_pairs():
@@ -197,10 +221,12 @@ def test_ttft_and_resolution_causes_follow_the_pairs():
 
     assert ttft_cause([0.2, 0.5, 0.9]) is None
     assert "consistent cost" in ttft_cause([1.5, 2.0, 3.0])
-    assert "both sides of zero" in ttft_cause([-40.0, 35.0, 36.0])
+    mixed = ttft_cause([0.5, 2.0, 3.0])
+    assert mixed.startswith("2 of 3 paired repetitions add 1 ms or more (up to +3.0 ms)")
+    assert "the other 1 do not (down to +0.5 ms)" in mixed
     over = {1: Spread.of([-5.0, 2.0, 9.0]), 16: Spread.of([2.0, 3.0, 4.0]),
             64: Spread.of([-1.0, 0.0, 0.5])}
     text = resolution_cause(over, "groups")
-    assert "at c=1 the groups straddle 1% with error bars 14-14 points wide" in text
+    assert "at c=1 the groups straddle 1% with error bars 14 points wide" in text
     assert "at c=16 every one of the groups is above 1%" in text
     assert resolution_cause({64: over[64]}, "groups") is None

@@ -133,3 +133,44 @@ def test_instance_pairs_are_paired_like_every_other_pair():
             got = st[(a, b, c)]["ratios"]
             want = [x / y for x, y in rs.paired(a, b, c, "output_throughput")]
             assert got == want and len(got) == 5
+
+
+def test_pin_plan_gives_each_server_its_own_cpus_and_the_client_the_rest():
+    import pytest
+
+    from benchmarks.serve_compare import cpu_plan
+
+    plan, rest = cpu_plan(["specgw", "vllm", "router"], 3, list(range(16)))
+    assert plan == {"specgw": [0, 1, 2], "vllm": [3, 4, 5], "router": [6, 7, 8]}
+    assert rest == list(range(9, 16))
+    with pytest.raises(SystemExit, match="leave none for the client"):
+        cpu_plan(["specgw", "vllm"], 8, list(range(16)))
+
+
+def test_a_pinned_server_and_what_it_starts_stay_on_its_cpus(tmp_path: Path):
+    """A real process on 127.0.0.1 started with ``cpus``: its mask is set before exec, so
+    a child it starts later inherits it."""
+    import os
+    import sys
+
+    import httpx
+
+    from benchmarks.harness import Server
+
+    cpu = min(os.sched_getaffinity(0))
+    child = ("import http.server, subprocess, sys;"
+             "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']);"
+             "open(sys.argv[2], 'w').write(str(p.pid));"
+             "http.server.test(http.server.SimpleHTTPRequestHandler, port=int(sys.argv[1]),"
+             " bind='127.0.0.1')")
+    srv = Server("pinned", [str(tmp_path / "child.pid")], cmd=[sys.executable, "-c", child,
+                                                                "{port}"],
+                 ready_path="/", log_dir=tmp_path, cpus=[cpu])
+    try:
+        srv.wait_ready(30)
+        assert httpx.get(srv.url + "/").status_code == 200
+        assert os.sched_getaffinity(srv.proc.pid) == {cpu}
+        kid = int((tmp_path / "child.pid").read_text())
+        assert os.sched_getaffinity(kid) == {cpu}
+    finally:
+        srv.stop()
