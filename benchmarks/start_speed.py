@@ -172,8 +172,10 @@ def report(data: dict) -> list[str]:
                      verdict(c["met"]), c["new_better_beyond_spread"]])
     lines = [
         "# Bundled pair vs the pair it replaced: CPU engine start and tokens/s", "",
-        f"vLLM {meta['vllm']}, {meta['cpus']} CPU cores ({meta['machine']}), "
-        f"{meta['date']}. `{new}`: {data['pairs'][new]['source']} (preset "
+        f"vLLM {meta['vllm']}, {meta['cpus']} CPU cores ({meta['machine']}); each cache "
+        "state measured in its own run (" + ", ".join(
+            f"{p['cache']}: started {p['started']}" for p in data["phases"].values())
+        + f"). `{new}`: {data['pairs'][new]['source']} (preset "
         f"{data['pairs'][new]['preset']}, {data['pairs'][new]['mb']} MB); `{old}`: "
         f"{data['pairs'][old]['source']} (preset {data['pairs'][old]['preset']}, "
         f"{data['pairs'][old]['mb']} MB), restored from git into a scratch directory. "
