@@ -176,8 +176,8 @@ def router_rows(st: dict) -> list[list[object]]:
 
 
 def ttft_cause(adds: list[float]) -> str | None:
-    """Is an added TTFT above the target in every paired repetition, or do the pairs fall
-    on both sides of zero (the direct runs' own TTFT moving more than the router adds)?"""
+    """Is an added TTFT above the target in every paired repetition (a steady cost), or
+    only in some (a cost that comes and goes, or noise the pairs do not separate)?"""
     if T_ROUTER_TTFT.met(statistics.median(adds)):
         return None
     t = T_ROUTER_TTFT.threshold
@@ -253,8 +253,8 @@ def instance_lines(rs: RunSet, st: dict) -> list[str]:
                        f"more than {100 * INSTANCE_OFFSET:g}% in median: a ratio between two "
                        "server processes there carries an offset of that size whatever the "
                        "servers are."
-                       if far else f"No concurrency shows a median offset above 2% between "
-                       f"two processes of `{b}`."), ""]
+                       if far else "No concurrency shows a median offset above "
+                       f"{100 * INSTANCE_OFFSET:g}% between two processes of `{b}`."), ""]
     return lines[:-1]
 
 
@@ -390,9 +390,10 @@ def process_lines(sets: list[RunSet]) -> list[str]:
     one server in the same set."""
     if not (summary := process_summary(sets)):
         return []
-    rows, stats = [], {rs.label: pair_stats(rs) for rs in sets}
+    rows, stats, reps = [], {rs.label: pair_stats(rs) for rs in sets}, set()
     for rs, c, r, _ in process_cells(sets):
         inst = [stats[rs.label].get((a, b, c)) for a, b in INSTANCES]
+        reps |= {x["ratio"].n for x in inst if x}
         rows.append([rs.label, rs.meta["protocol"].get("pin") or "not pinned", c,
                      r.text("{:.2f}"), *(x["ratio"].text("{:.2f}") if x else None
                                          for x in inst)])
@@ -402,8 +403,9 @@ def process_lines(sets: list[RunSet]) -> list[str]:
                        *(f"{a} / {b}" for a, b in INSTANCES)], rows), "",
             f"{summary}. On this host a ratio between two server processes carries an offset "
             "of that size whatever the servers are; those instance offsets are themselves "
-            "medians of four or five repetitions and move between run sets (compare the "
-            "last two columns across sets), so they bound the resolution, not the cause.",
+            f"medians of {span_text(sorted(reps))} paired repetitions and move between run "
+            "sets (compare the last two columns across sets), so they bound the resolution, "
+            "not the cause.",
             *(["", text] if (text := host_line(sets)) else [])]
 
 
@@ -438,7 +440,8 @@ def c1_step_lines(sets: list[RunSet], cost: dict | None) -> list[str]:
         lines += ["", "The same at c=1 on two clocks, mean inter-token latency (medians of the "
                   "repetitions): the client's (`vllm bench serve`), and the engine core's "
                   "(`vllm:inter_token_latency_seconds`, fed from the engine-core process's "
-                  "output timestamps, so before the API process and HTTP):", "",
+                  "output timestamps, so before the API process and HTTP; its window also "
+                  "holds the run's warm-up requests, of the same shape):", "",
                   *md_table(["run set", "server", "reps", "client ms", "engine core ms",
                              "client minus engine ms"], engine_rows)]
     if gaps:

@@ -51,8 +51,9 @@ the client's figures leave them out) and where the server's processes ran
 exists is skipped, so an interrupted matrix resumes.
 ``serve_compare_report.py`` turns ``OUT`` into ``docs/serve_compare.md``.
 
-Device (after ``gpu_session.sh stash`` and ``install``; four engines started in two to
-four minutes, 80 runs in about four; output under $OUT). ``run5_instance`` was::
+Device (after ``gpu_session.sh stash`` and ``install``; output under $OUT). ``run5_instance``
+took 437 s for four engines and 80 runs; the same command for ``run6_instance`` (slower
+starts) reached its 470 s budget after 60 runs::
 
     JOB_SECONDS=578 bash benchmarks/gpu_session.sh job benchmarks/serve_compare.py \
         --variants specgw,specgw-2,vllm,vllm-2 --concurrency 1,16,64,128 --reps 5 \
