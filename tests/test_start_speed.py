@@ -16,7 +16,7 @@ def phase(new_starts: list[float], old_starts: list[float], new_toks: list[float
                      "tokens_per_s": vals[p][1], "loadavg_1m_before": 0.0}
                     for i, p in enumerate(o)]
     return {"cache": "warm", "reps": len(order), "order": order, "samples": samples,
-            "discarded": []}
+            "discarded": [], "started": "2026-12-03T20:11:07+00:00"}
 
 
 def test_verdicts_are_the_issue_targets_on_the_ratio_of_medians():
@@ -46,3 +46,5 @@ def test_report_states_every_start_and_a_missing_cold_phase():
     text = "\n".join(ss.report(data))
     assert "| 4 | new old | 49 | 50 | 70 | 100 |" in text
     assert "Cold cache (a user's first start): not measured" in text
+    # Each cache state is its own run: the report dates each, not the file as a whole.
+    assert "each cache state measured in its own run (warm: started 2026-12-03T20:11:07" in text
