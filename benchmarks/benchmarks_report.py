@@ -409,6 +409,48 @@ def process_lines(sets: list[RunSet]) -> list[str]:
             *(["", text] if (text := host_line(sets)) else [])]
 
 
+LOADED = (64, 128)  # where TTFT and TPOT part ways between the two servers
+
+
+def balance_lines(sets: list[RunSet]) -> list[str]:
+    """Under load, specgw's paired TTFT and TPOT against vllm serve's in every run set,
+    next to the same differences between two identical processes of one server: a
+    difference both instance pairs lack is one between the servers, not the processes."""
+    rows, cells, beyond, checked = [], [], 0, 0
+    for rs in sets:
+        st = pair_stats(rs)
+        for c in LOADED:
+            s = st.get(("specgw", "vllm", c))
+            if not (s and s["ttft_add"] and s["tpot_ratio"]):
+                continue
+            inst = [x for a, b in INSTANCES if (x := st.get((a, b, c))) and x["ttft_add"]]
+            cells.append(s)
+            if inst:
+                checked += 1
+                beyond += all(abs(s["ttft_add"].median) > abs(x["ttft_add"].median)
+                              for x in inst)
+            rows.append([rs.label, c, s["ttft_add"].text("{:+.0f}"),
+                         s["tpot_ratio"].text("{:.2f}"),
+                         "; ".join(f"{x['ttft_add'].median:+.0f} ms, x"
+                                   f"{x['tpot_ratio'].median:.2f}" for x in inst) or None])
+    if not cells:
+        return []
+    lower = sum(s["ttft_add"].median < 0 for s in cells)
+    longer = sum(s["tpot_ratio"].median > 1 for s in cells)
+    return [f"Under load (c={', '.join(map(str, LOADED))}), paired TTFT p50 (specgw minus "
+            "vllm serve, ms) and TPOT p50 (specgw / vllm serve), median (min-max), next to "
+            "two identical processes of each server (medians):", "",
+            *md_table(["run set", "concurrency", "TTFT p50 difference ms", "TPOT p50 ratio",
+                       "identical processes: TTFT difference, TPOT ratio"], rows), "",
+            f"specgw's first token comes earlier in {lower} of {len(cells)} cells and its "
+            f"decode is slower per token in {longer} of {len(cells)}"
+            + (f"; in {beyond} of {checked} cells with identical processes, specgw's TTFT "
+               "difference is larger than both instance pairs' (a difference between the "
+               "servers, not the processes)" if checked else "")
+            + ". Output tok/s thus compares two different balances of prefill and decode; "
+            "what in the request path sets them apart was not measured."]
+
+
 def c1_step_lines(sets: list[RunSet], cost: dict | None) -> list[str]:
     """At c=1 each SSE event is one engine step (its tokens together), so the inter-token
     latency p50 is the step time the client sees: per server and run set, and specgw's
@@ -863,6 +905,7 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
               swing_text(serve), "",
               *instance_lines(serve, st), "",
               *process_lines(by_date([*earlier, serve])), "",
+              *balance_lines(by_date([*earlier, serve])), "",
               *c1_step_lines(by_date([*earlier, serve]), cost), "",
               "## 2. Probe overhead, with error bars", "",
               *probe_section(serve, earlier, toggle, cost),

@@ -230,3 +230,25 @@ def test_ttft_and_resolution_causes_follow_the_pairs():
     assert "at c=1 the groups straddle 1% with error bars 14 points wide" in text
     assert "at c=16 every one of the groups is above 1%" in text
     assert resolution_cause({64: over[64]}, "groups") is None
+
+
+def test_balance_under_load_counts_cells_and_checks_them_against_instance_pairs():
+    from benchmarks.benchmarks_report import LOADED, balance_lines
+
+    sets = [RunSet.load(DATA / s) for s in ("run4_speed", "run5_instance")]
+    lower = longer = beyond = 0
+    for rs in sets:
+        st = pair_stats(rs)
+        for c in LOADED:
+            s = st[("specgw", "vllm", c)]
+            lower += s["ttft_add"].median < 0
+            longer += s["tpot_ratio"].median > 1
+            inst = [st[(*p, c)]["ttft_add"].median for p in (("specgw-2", "specgw"),
+                                                              ("vllm-2", "vllm"))
+                    if (*p, c) in st]
+            beyond += bool(inst) and all(abs(s["ttft_add"].median) > abs(x) for x in inst)
+    text = balance_lines(sets)[-1]
+    assert text.startswith(f"specgw's first token comes earlier in {lower} of 4 cells and its "
+                           f"decode is slower per token in {longer} of 4")
+    assert f"in {beyond} of 2 cells with identical processes" in text
+    assert balance_lines([RunSet.load(DATA / "run3_1b_a")]) == []
