@@ -298,12 +298,21 @@ def engine_timing(before: Samples, after: Samples) -> dict:
     def d(name: str) -> float:
         return metric_sum(after, name) - metric_sum(before, name)
 
-    n = d("vllm:inter_token_latency_seconds_count")
-    return {"itl_mean_ms": round(1000 * d("vllm:inter_token_latency_seconds_sum") / n, 4)
-            if n else None,
-            "itl_count": n,
+    def mean_ms(hist: str) -> float | None:
+        n = d(f"{hist}_count")
+        return round(1000 * d(f"{hist}_sum") / n, 4) if n else None
+
+    # Where a request's first-token time goes, on vLLM's clocks: its TTFT from arrival at
+    # the engine client, the wait in the scheduler's queue, and the prefill itself; under
+    # load specgw's client TTFT is lower than vllm serve's and these say at which stage.
+    return {"itl_mean_ms": mean_ms("vllm:inter_token_latency_seconds"),
+            "itl_count": d("vllm:inter_token_latency_seconds_count"),
             "iterations": d("vllm:iteration_tokens_total_count"),
-            "generation_tokens": d("vllm:generation_tokens_total")}
+            "generation_tokens": d("vllm:generation_tokens_total"),
+            "ttft_mean_ms": mean_ms("vllm:time_to_first_token_seconds"),
+            "queue_mean_ms": mean_ms("vllm:request_queue_time_seconds"),
+            "prefill_mean_ms": mean_ms("vllm:request_prefill_time_seconds"),
+            "decode_mean_ms": mean_ms("vllm:request_decode_time_seconds")}
 
 
 def placement(srv: Server) -> list[dict]:

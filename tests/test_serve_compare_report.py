@@ -111,17 +111,20 @@ def test_engine_timing_is_the_delta_of_vllms_own_histogram():
     from benchmarks.harness import parse_metrics
     from benchmarks.serve_compare import engine_timing
 
-    def scrape_text(s: float, n: float, it: float, gen: float) -> str:
+    def scrape_text(s: float, n: float, it: float, gen: float, q: float = 0.0) -> str:
         return (f'vllm:inter_token_latency_seconds_sum{{model_name="bench"}} {s}\n'
                 f'vllm:inter_token_latency_seconds_count{{model_name="bench"}} {n}\n'
                 f'vllm:iteration_tokens_total_count{{model_name="bench"}} {it}\n'
-                f'vllm:generation_tokens_total{{model_name="bench"}} {gen}\n')
+                f'vllm:generation_tokens_total{{model_name="bench"}} {gen}\n'
+                f'vllm:request_queue_time_seconds_sum{{model_name="bench"}} {q}\n'
+                f'vllm:request_queue_time_seconds_count{{model_name="bench"}} {gen / 128}\n')
 
     before = parse_metrics(scrape_text(10.0, 1000, 500, 2000))
-    after = parse_metrics(scrape_text(10.3, 1100, 540, 2128))
+    after = parse_metrics(scrape_text(10.3, 1100, 540, 2128, q=0.05))
     t = engine_timing(before, after)
     assert t == {"itl_mean_ms": 3.0, "itl_count": 100, "iterations": 40,
-                 "generation_tokens": 128}
+                 "generation_tokens": 128, "queue_mean_ms": 50.0, "ttft_mean_ms": None,
+                 "prefill_mean_ms": None, "decode_mean_ms": None}
     assert engine_timing(before, before)["itl_mean_ms"] is None
 
 
