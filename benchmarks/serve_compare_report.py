@@ -117,6 +117,37 @@ def ratio_table(rs: RunSet, stats: Stats) -> list[str]:
                      "TTFT p50 difference ms"], rows)
 
 
+TTFT_STAGES = (("queue_mean_ms", "scheduler queue ms"), ("prefill_mean_ms", "prefill ms"))
+
+
+def ttft_stage_table(rs: RunSet) -> list[str]:
+    """Where the time to a first token goes, per server and concurrency, on the clocks
+    the runs recorded: the client's TTFT, vLLM's own (from arrival at the engine client),
+    and the engine core's queue and prefill; empty for run sets that predate them."""
+    rows = []
+    for c in rs.conc():
+        for v in rs.variants():
+            client = rs.values(v, c, "mean_ttft_ms")
+            server = rs.server_values(v, c, "engine_timing", "ttft_mean_ms")
+            if not (client and server):
+                continue
+            cm, sm = statistics.median(client), statistics.median(server)
+            rows.append([c, v, len(server), f"{cm:.1f}", f"{sm:.1f}", f"{cm - sm:+.1f}",
+                         *(num(statistics.median(x), "{:.1f}") if (
+                             x := rs.server_values(v, c, "engine_timing", k)) else None
+                           for k, _ in TTFT_STAGES)])
+    if not rows:
+        return []
+    return ["Where the time to a first token goes (means, ms; medians over the repetitions): "
+            "the client's TTFT; vLLM's own (`vllm:time_to_first_token_seconds`, from the "
+            "request's arrival at the engine client, so after the server's HTTP handling and "
+            "tokenization); the difference (before the engine client, and the way back); the "
+            "engine core's scheduler queue and prefill. vLLM's figures also count the run's "
+            "warm-up requests.", "",
+            *md_table(["concurrency", "server", "reps", "client TTFT", "vLLM's TTFT",
+                       "client minus vLLM's", *(label for _, label in TTFT_STAGES)], rows)]
+
+
 def config_rows(cfg: dict) -> Iterable[list[object]]:
     for k, v in cfg.items():
         yield [k, f"`{json.dumps(v)}`" if isinstance(v, dict | list) else v]
@@ -522,7 +553,8 @@ def document(sets: list[RunSet], out: Path, title: str) -> list[str]:
                   *main_table(rs), "",
                   "Ratios, each dividing two runs of the same repetition and concurrency; "
                   "median and min-max over the repetitions:", "",
-                  *ratio_table(rs, stats[rs.label]), ""]
+                  *ratio_table(rs, stats[rs.label]), "",
+                  *([*stages, ""] if (stages := ttft_stage_table(rs)) else [])]
     big = [c for c in (64, 128) if any(c in rs.conc() for rs in sets)]
     lines += ["## Run-to-run noise", "",
               "`vllm serve` with the same configuration in each run set (side by side, not "

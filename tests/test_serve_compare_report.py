@@ -177,3 +177,25 @@ def test_a_pinned_server_and_what_it_starts_stay_on_its_cpus(tmp_path: Path):
         assert os.sched_getaffinity(kid) == {cpu}
     finally:
         srv.stop()
+
+
+def test_ttft_stages_split_the_clients_ttft_on_vllms_clocks(tmp_path: Path):
+    """Client TTFT against vLLM's own TTFT and the engine core's queue and prefill, per
+    server and concurrency; absent from run sets that did not record them."""
+    import statistics
+
+    from benchmarks.serve_compare_report import ttft_stage_table
+
+    assert ttft_stage_table(RunSet.load(DATA / "run5_instance")) == []
+    src = tmp_path / "run5_instance"
+    shutil.copytree(DATA / "run5_instance", src)
+    for f in (src / "runs").glob("*.json"):
+        r = json.loads(f.read_text())
+        r["engine_timing"].update(ttft_mean_ms=r["bench"]["mean_ttft_ms"] - 1.5,
+                                  queue_mean_ms=2.0, prefill_mean_ms=None)
+        f.write_text(json.dumps(r))
+    rs = RunSet.load(src)
+    table = ttft_stage_table(rs)
+    client = statistics.median(rs.values("vllm", 64, "mean_ttft_ms"))
+    server = statistics.median(rs.server_values("vllm", 64, "engine_timing", "ttft_mean_ms"))
+    assert f"| 64 | vllm | 5 | {client:.1f} | {server:.1f} | +1.5 | 2.0 | - |" in table
