@@ -302,9 +302,10 @@ def engine_timing(before: Samples, after: Samples) -> dict:
         n = d(f"{hist}_count")
         return round(1000 * d(f"{hist}_sum") / n, 4) if n else None
 
-    # Where a request's first-token time goes, on vLLM's clocks: its TTFT from arrival at
-    # the engine client, the wait in the scheduler's queue, and the prefill itself; under
-    # load specgw's client TTFT is lower than vllm serve's and these say at which stage.
+    # Where a request's first-token time goes, on vLLM's clocks: its TTFT from the arrival
+    # time vLLM stamps on it, the wait in the scheduler's queue, and the prefill itself;
+    # under load specgw's client TTFT is lower than vllm serve's and these say at which
+    # stage.
     return {"itl_mean_ms": mean_ms("vllm:inter_token_latency_seconds"),
             "itl_count": d("vllm:inter_token_latency_seconds_count"),
             "iterations": d("vllm:iteration_tokens_total_count"),

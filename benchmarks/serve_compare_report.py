@@ -140,10 +140,12 @@ def ttft_stage_table(rs: RunSet) -> list[str]:
         return []
     return ["Where the time to a first token goes (means, ms; medians over the repetitions): "
             "the client's TTFT; vLLM's own (`vllm:time_to_first_token_seconds`, from the "
-            "request's arrival at the engine client, so after the server's HTTP handling and "
-            "tokenization); the difference (before the engine client, and the way back); the "
-            "engine core's scheduler queue and prefill. vLLM's figures also count the run's "
-            "warm-up requests.", "",
+            "arrival time vLLM stamps on the request: vLLM 0.32's own server stamps it where "
+            "its renderer starts on the prompt, before tokenization, while specgw hands the "
+            "engine client token ids it tokenized itself, so the two servers' stamps sit at "
+            "slightly different points after HTTP handling); the difference (before the "
+            "stamp, and the way back); the engine core's scheduler queue and prefill. vLLM's "
+            "figures also count the run's warm-up requests.", "",
             *md_table(["concurrency", "server", "reps", "client TTFT", "vLLM's TTFT",
                        "client minus vLLM's", *(label for _, label in TTFT_STAGES)], rows)]
 
