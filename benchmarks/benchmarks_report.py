@@ -86,7 +86,8 @@ def serve_rows(rs: RunSet, st: dict, sets: list[RunSet]) -> list[list[object]]:
     met = [c for c, s in speed.items() if T_SPEED.met(s["ratio"].median)]
     cell_why = per_cell({c: deficit_cause(rs, st, c) for c in speed if c not in met},
                         "two identical processes of one server")
-    speed_why = "; ".join(x for x in (cell_why, process_summary(sets)) if x) or None
+    speed_why = "; ".join(x for x in (cell_why, process_summary(process_cells(sets)))
+                          if x) or None
     rows.append(["1", str(T_SPEED) + " in every cell",
                  "; ".join(f"c={c}: {s['ratio'].text('{:.2f}')}" for c, s in speed.items()),
                  verdict(len(met) == len(speed)) + f" ({len(met)} of {len(speed)} cells)",
@@ -274,7 +275,7 @@ def clock_diffs(rs: RunSet, a: str, b: str, c: int) -> tuple[float, float] | Non
     runs did not record both clocks."""
     out = []
     for key in CLOCKS:
-        x, y = rs.server_values(a, c, *key), rs.server_values(b, c, *key)
+        x, y = rs.record_values(a, c, *key), rs.record_values(b, c, *key)
         if not x or not y:
             return None
         out.append(100 * (statistics.median(x) - statistics.median(y)) / statistics.median(y))
@@ -332,23 +333,26 @@ def deficit_cause(rs: RunSet, st: dict, c: int) -> str:
     return "; ".join(parts)
 
 
-def process_cells(sets: list[RunSet]) -> list[tuple[RunSet, int, Spread, float | None]]:
-    """(run set, c, specgw / vllm serve ratio, the larger instance offset or None) for every
-    cell where both servers ran."""
+Cell = tuple[RunSet, int, Spread, float | None, list[dict | None]]
+
+
+def process_cells(sets: list[RunSet]) -> list[Cell]:
+    """(run set, c, specgw / vllm serve ratio, the larger instance offset or None, each
+    instance pair's stats or None) for every cell where both servers ran."""
     out = []
     for rs in sets:
         st = pair_stats(rs)
-        out += [(rs, c, s["ratio"], instance_floor(st, c)) for c in rs.conc()
+        out += [(rs, c, s["ratio"], instance_floor(st, c),
+                 [st.get((a, b, c)) for a, b in INSTANCES]) for c in rs.conc()
                 if (s := st.get(("specgw", "vllm", c)))]
     return out
 
 
-def process_summary(sets: list[RunSet]) -> str:
-    cells = process_cells(sets)
-    floored = [(r, f) for _, _, r, f in cells if f is not None]
+def process_summary(cells: list[Cell]) -> str:
+    floored = [(r, f) for _, _, r, f, _ in cells if f is not None]
     if not floored:
         return ""
-    below = sum(r.median < 1 for _, _, r, _ in cells)
+    below = sum(r.median < 1 for _, _, r, _, _ in cells)
     within = sum(abs(r.median - 1) <= f for r, f in floored)
     n_sets = len({rs.label for rs, *_ in cells})
     return (f"specgw / vllm serve is below 1 in {below} of {len(cells)} (run set, concurrency) "
@@ -388,11 +392,11 @@ def process_lines(sets: list[RunSet]) -> list[str]:
     """specgw / vllm serve next to the two instance pairs, per run set and concurrency:
     whether a gap between the two servers is larger than what separates two processes of
     one server in the same set."""
-    if not (summary := process_summary(sets)):
+    cells = process_cells(sets)
+    if not (summary := process_summary(cells)):
         return []
-    rows, stats, reps = [], {rs.label: pair_stats(rs) for rs in sets}, set()
-    for rs, c, r, _ in process_cells(sets):
-        inst = [stats[rs.label].get((a, b, c)) for a, b in INSTANCES]
+    rows, reps = [], set()
+    for rs, c, r, _, inst in cells:
         reps |= {x["ratio"].n for x in inst if x}
         rows.append([rs.label, rs.meta["protocol"].get("pin") or "not pinned", c,
                      r.text("{:.2f}"), *(x["ratio"].text("{:.2f}") if x else None
@@ -468,7 +472,7 @@ def c1_step_lines(sets: list[RunSet], cost: dict | None) -> list[str]:
             gaps.append((rs.label, 1000 * (med["specgw"] - med["specgw-probes-off"])))
         for v in rs.variants():
             client = rs.values(v, 1, "mean_itl_ms")
-            engine = rs.server_values(v, 1, "engine_timing", "itl_mean_ms")
+            engine = rs.record_values(v, 1, "engine_timing", "itl_mean_ms")
             if client and engine:
                 cm, em = statistics.median(client), statistics.median(engine)
                 engine_rows.append([rs.label, v, len(engine), f"{cm:.3f}", f"{em:.3f}",

@@ -49,11 +49,12 @@ class RunSet:
         return self.cells.get((v, c), [])
 
     def values(self, v: str, c: int, key: str) -> list[float]:
-        return [r["bench"][key] for r in self.runs(v, c) if r["bench"].get(key) is not None]
+        """``key`` of the client's (``vllm bench serve``'s) result of each run."""
+        return self.record_values(v, c, "bench", key)
 
-    def server_values(self, v: str, c: int, section: str, key: str) -> list[float]:
-        """``key`` of what the server itself said about each run (``section`` of the run
-        record, e.g. ``engine_timing``), where the run recorded it."""
+    def record_values(self, v: str, c: int, section: str, key: str) -> list[float]:
+        """``key`` of ``section`` of each run record (``bench``: the client's result;
+        ``engine_timing``: the server's own counters), where the run recorded it."""
         return [r[section][key] for r in self.runs(v, c)
                 if (r.get(section) or {}).get(key) is not None]
 

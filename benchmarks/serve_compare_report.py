@@ -128,13 +128,13 @@ def ttft_stage_table(rs: RunSet) -> list[str]:
     for c in rs.conc():
         for v in rs.variants():
             client = rs.values(v, c, "mean_ttft_ms")
-            server = rs.server_values(v, c, "engine_timing", "ttft_mean_ms")
+            server = rs.record_values(v, c, "engine_timing", "ttft_mean_ms")
             if not (client and server):
                 continue
             cm, sm = statistics.median(client), statistics.median(server)
             rows.append([c, v, len(server), f"{cm:.1f}", f"{sm:.1f}", f"{cm - sm:+.1f}",
                          *(num(statistics.median(x), "{:.1f}") if (
-                             x := rs.server_values(v, c, "engine_timing", k)) else None
+                             x := rs.record_values(v, c, "engine_timing", k)) else None
                            for k, _ in TTFT_STAGES)])
     if not rows:
         return []

@@ -197,5 +197,5 @@ def test_ttft_stages_split_the_clients_ttft_on_vllms_clocks(tmp_path: Path):
     rs = RunSet.load(src)
     table = ttft_stage_table(rs)
     client = statistics.median(rs.values("vllm", 64, "mean_ttft_ms"))
-    server = statistics.median(rs.server_values("vllm", 64, "engine_timing", "ttft_mean_ms"))
+    server = statistics.median(rs.record_values("vllm", 64, "engine_timing", "ttft_mean_ms"))
     assert f"| 64 | vllm | 5 | {client:.1f} | {server:.1f} | +1.5 | 2.0 | - |" in table
