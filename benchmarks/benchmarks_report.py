@@ -410,7 +410,33 @@ def process_lines(sets: list[RunSet]) -> list[str]:
             f"medians of {span_text(sorted(reps))} paired repetitions and move between run "
             "sets (compare the last two columns across sets), so they bound the resolution, "
             "not the cause.",
+            *(["", text] if (text := pinning_line(cells)) else []),
             *(["", text] if (text := host_line(sets)) else [])]
+
+
+def pinning_line(cells: list[Cell]) -> str:
+    """Whether giving each server CPUs of its own (``serve_compare.py --pin``) shrank the
+    offset between two identical processes: the per-cell offsets of pinned run sets
+    against those of the others."""
+    floors: dict[bool, list[float]] = {True: [], False: []}
+    pinned = set()
+    for rs, _, _, f, _ in cells:
+        if f is not None:
+            pin = rs.meta["protocol"].get("pin")
+            floors[bool(pin)].append(100 * f)
+            if pin:
+                pinned.add(f"`{rs.label}` ({pin} CPUs per server)")
+    on, off = floors[True], floors[False]
+    if not (on and off):
+        return ""
+    verdict = ("every pinned cell is below every unpinned one" if max(on) < min(off) else
+               "the two ranges overlap: pinning each server to CPUs of its own did not remove "
+               "the offset between two identical processes")
+    return (f"Pinned against not pinned, the larger instance offset per cell (points from "
+            f"1): {', '.join(sorted(pinned))}: {min(on):.1f}-{max(on):.1f}, median "
+            f"{statistics.median(on):.1f} over {len(on)} cells; not pinned: "
+            f"{min(off):.1f}-{max(off):.1f}, median {statistics.median(off):.1f} over "
+            f"{len(off)} cells; {verdict}.")
 
 
 LOADED = (64, 128)  # where TTFT and TPOT part ways between the two servers
@@ -451,8 +477,67 @@ def balance_lines(sets: list[RunSet]) -> list[str]:
             + (f"; in {beyond} of {checked} cells with identical processes, specgw's TTFT "
                "difference is larger than both instance pairs' (a difference between the "
                "servers, not the processes)" if checked else "")
-            + ". Output tok/s thus compares two different balances of prefill and decode; "
-            "what in the request path sets them apart was not measured."]
+            + ". Output tok/s thus compares two different balances of prefill and decode"
+            + ("." if any(rs.ttft_stages("specgw", c) for rs in sets for c in LOADED) else
+               "; what in the request path sets them apart was not measured.")]
+
+
+STAGE_TERMS = (("front", "before vLLM's arrival stamp and back"),
+               ("admission", "from the stamp to the scheduler"),
+               ("queue", "scheduler queue"), ("prefill", "prefill"))
+
+
+def stage_lines(sets: list[RunSet]) -> list[str]:
+    """Under load, where specgw's earlier first token is won: the client's TTFT split on
+    vLLM's own clocks (RunSet.ttft_stages), specgw against vllm serve term by term, in
+    the run sets that recorded it; and the engine steps each took for the same tokens."""
+    rows, cells = [], []
+    for rs in sets:
+        st = pair_stats(rs)
+        for c in LOADED:
+            s, v = rs.ttft_stages("specgw", c), rs.ttft_stages("vllm", c)
+            if not (s and v and "steps" in s and "steps" in v):
+                continue
+            diff = {k: s[k] - v[k] for k, _ in STAGE_TERMS}
+            main = max(diff, key=lambda k: abs(diff[k]))
+            # The same term between two identical processes of one server, where they ran.
+            inst = [abs(a[main] - b[main]) for x, y in INSTANCES
+                    if (a := rs.ttft_stages(x, c)) and (b := rs.ttft_stages(y, c))]
+            tpot = (p := st.get(("specgw", "vllm", c))) and p["tpot_ratio"]
+            cells.append((main, s["steps"] < v["steps"], bool(tpot) and tpot.median > 1,
+                          abs(diff[main]) > max(inst) if inst else None))
+            rows.append([rs.label, c,
+                         f"{s['client']:.0f} / {v['client']:.0f} "
+                         f"({s['client'] - v['client']:+.0f})",
+                         *(f"{s[k]:.0f} / {v[k]:.0f} ({diff[k]:+.0f})" for k, _ in STAGE_TERMS),
+                         f"{max(inst):.0f}" if inst else None,
+                         f"{s['steps']:.0f} / {v['steps']:.0f}"])
+    if not cells:
+        return []
+    labels = dict(STAGE_TERMS)
+    mains = {m for m, *_ in cells}
+    lead = (f"the largest term is {labels[mains.pop()]} in {len(cells)} of {len(cells)} cells"
+            if len(mains) == 1 else "the largest term differs between cells")
+    checked = sum(b is not None for *_, b in cells)
+    beyond = sum(bool(b) for *_, b in cells)
+    fewer = sum(f for _, f, _, _ in cells)
+    both = sum(f and t for _, f, t, _ in cells)
+    return ["The client's mean TTFT split on vLLM's own clocks (`docs/serve_compare.md` "
+            "defines each term and where each server's arrival stamp sits: vllm serve's "
+            "tokenization falls after its stamp, specgw's before), specgw / vllm serve, "
+            "medians of the repetitions in ms (specgw minus vllm serve), and the engine "
+            "steps each run's window took for the same generated tokens:", "",
+            *md_table(["run set", "concurrency", "client TTFT",
+                       *(label for _, label in STAGE_TERMS),
+                       "identical processes: their difference in the largest term",
+                       "engine steps"], rows), "",
+            f"Of specgw's TTFT difference, {lead}"
+            + (f"; it exceeds the same term's difference between two identical processes "
+               f"in {beyond} of {checked} cells" if checked else "")
+            + ". The engine took fewer steps for specgw "
+            f"in {fewer} of {len(cells)} cells: more tokens per step, and a step over a "
+            f"fuller batch takes longer, which fits a slower specgw TPOT in {both} of those "
+            "cells. This splits the time; it does not name the work inside a term."]
 
 
 def c1_step_lines(sets: list[RunSet], cost: dict | None) -> list[str]:
@@ -910,6 +995,7 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
               *instance_lines(serve, st), "",
               *process_lines(by_date([*earlier, serve])), "",
               *balance_lines(by_date([*earlier, serve])), "",
+              *stage_lines(by_date([*earlier, serve])), "",
               *c1_step_lines(by_date([*earlier, serve]), cost), "",
               "## 2. Probe overhead, with error bars", "",
               *probe_section(serve, earlier, toggle, cost),
@@ -941,7 +1027,7 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--serve", type=Path, default=SC / "run5_instance",
+    ap.add_argument("--serve", type=Path, default=SC / "run7_pinned",
                     help="run set of specgw and vllm serve (target 1)")
     ap.add_argument("--router", type=Path, default=SC / "run4_router",
                     help="run set of the router and vllm serve (target 3)")
@@ -949,8 +1035,8 @@ def main() -> None:
                     help=f"default: {SC}/run3_1b_a and {SC}/run3_1b_b")
     ap.add_argument("--pair-info", type=Path, default=SC / "pair_1b_build_info.json")
     ap.add_argument("--earlier", type=Path, action="append",
-                    help=f"earlier run sets of the bundled pair (default: {SC}/run6_instance, "
-                         "run4_speed, run3, run1)")
+                    help=f"earlier run sets of the bundled pair (default: {SC}/run5_instance, "
+                         "run6_instance, run4_speed, run3, run1)")
     ap.add_argument("--probe-cost", type=Path, default=Path("docs/probe_cost.json"))
     ap.add_argument("--probe-toggle", type=Path,
                     default=Path("docs/gpu/probe_toggle/probe_toggle.json"))
@@ -958,8 +1044,9 @@ def main() -> None:
     a = ap.parse_args()
     spec = [RunSet.load(s) for s in a.spec or [SC / "run3_1b_a", SC / "run3_1b_b"]]
     info = json.loads(a.pair_info.read_text()) if a.pair_info.exists() else None
-    earlier = [RunSet.load(s) for s in a.earlier or [SC / "run6_instance", SC / "run4_speed",
-                                                     SC / "run3", SC / "run1"]]
+    earlier = [RunSet.load(s) for s in a.earlier or [
+        SC / "run5_instance", SC / "run6_instance", SC / "run4_speed", SC / "run3",
+        SC / "run1"]]
     cost = json.loads(a.probe_cost.read_text()) if a.probe_cost.exists() else None
     toggle = json.loads(a.probe_toggle.read_text()) if a.probe_toggle.exists() else None
     lines = document(RunSet.load(a.serve), spec, info, a.out, earlier, cost, toggle,

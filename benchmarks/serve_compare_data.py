@@ -12,10 +12,13 @@ import gzip
 import hashlib
 import json
 import re
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
 Cells = dict[tuple[str, int], list[dict]]
+# vLLM's own per-request means (engine_timing), over the same requests as the client's.
+STAGE_KEYS = ("ttft_mean_ms", "queue_mean_ms", "prefill_mean_ms")
 
 
 @dataclass
@@ -57,6 +60,33 @@ class RunSet:
         ``engine_timing``: the server's own counters), where the run recorded it."""
         return [r[section][key] for r in self.runs(v, c)
                 if (r.get(section) or {}).get(key) is not None]
+
+    def ttft_stages(self, v: str, c: int) -> dict[str, float] | None:
+        """Where the time to a first token went, medians over the repetitions (ms):
+        ``client`` (the client's mean TTFT), ``engine`` (vLLM's own, from the arrival
+        time it stamps on the request), ``front`` (client minus engine: before the stamp,
+        and the way back), ``admission`` (engine minus queue minus prefill: from the stamp
+        to the engine core's scheduler queue), ``queue``, ``prefill``; ``steps``, the
+        engine iterations of the run's window; ``reps``. Each term is computed per run
+        before the median. None where the runs predate vLLM's stage timing."""
+        rows = [(r["bench"]["mean_ttft_ms"], r["engine_timing"]) for r in self.runs(v, c)
+                if r["bench"].get("mean_ttft_ms") is not None
+                and all((r.get("engine_timing") or {}).get(k) is not None
+                        for k in STAGE_KEYS)]
+        if not rows:
+            return None
+        terms = {
+            "client": [cl for cl, _ in rows],
+            "engine": [e["ttft_mean_ms"] for _, e in rows],
+            "front": [cl - e["ttft_mean_ms"] for cl, e in rows],
+            "admission": [e["ttft_mean_ms"] - e["queue_mean_ms"] - e["prefill_mean_ms"]
+                          for _, e in rows],
+            "queue": [e["queue_mean_ms"] for _, e in rows],
+            "prefill": [e["prefill_mean_ms"] for _, e in rows],
+            "steps": [e["iterations"] for _, e in rows if e.get("iterations") is not None],
+        }
+        return {"reps": len(rows),
+                **{k: statistics.median(x) for k, x in terms.items() if x}}
 
     def paired_runs(self, a: str, b: str, c: int) -> list[tuple[dict, dict]]:
         """(a, b) runs of the repetitions both ran (same repetition, same concurrency:

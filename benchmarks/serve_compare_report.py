@@ -117,37 +117,38 @@ def ratio_table(rs: RunSet, stats: Stats) -> list[str]:
                      "TTFT p50 difference ms"], rows)
 
 
-TTFT_STAGES = (("queue_mean_ms", "scheduler queue ms"), ("prefill_mean_ms", "prefill ms"))
+# (key of RunSet.ttft_stages, column label, format)
+TTFT_STAGES = (("client", "client TTFT", "{:.1f}"), ("engine", "vLLM's TTFT", "{:.1f}"),
+               ("front", "client minus vLLM's", "{:+.1f}"),
+               ("admission", "arrival stamp to scheduler", "{:.1f}"),
+               ("queue", "scheduler queue", "{:.1f}"), ("prefill", "prefill", "{:.1f}"),
+               ("steps", "engine steps in the window", "{:.0f}"))
 
 
 def ttft_stage_table(rs: RunSet) -> list[str]:
     """Where the time to a first token goes, per server and concurrency, on the clocks
-    the runs recorded: the client's TTFT, vLLM's own (from arrival at the engine client),
-    and the engine core's queue and prefill; empty for run sets that predate them."""
-    rows = []
-    for c in rs.conc():
-        for v in rs.variants():
-            client = rs.values(v, c, "mean_ttft_ms")
-            server = rs.record_values(v, c, "engine_timing", "ttft_mean_ms")
-            if not (client and server):
-                continue
-            cm, sm = statistics.median(client), statistics.median(server)
-            rows.append([c, v, len(server), f"{cm:.1f}", f"{sm:.1f}", f"{cm - sm:+.1f}",
-                         *(num(statistics.median(x), "{:.1f}") if (
-                             x := rs.record_values(v, c, "engine_timing", k)) else None
-                           for k, _ in TTFT_STAGES)])
+    the runs recorded (RunSet.ttft_stages); empty for run sets that predate them."""
+    rows = [[c, v, st["reps"], *(num(st.get(k), fmt) for k, _, fmt in TTFT_STAGES)]
+            for c in rs.conc() for v in rs.variants() if (st := rs.ttft_stages(v, c))]
     if not rows:
         return []
-    return ["Where the time to a first token goes (means, ms; medians over the repetitions): "
-            "the client's TTFT; vLLM's own (`vllm:time_to_first_token_seconds`, from the "
-            "arrival time vLLM stamps on the request: vLLM 0.32's own server stamps it where "
-            "its renderer starts on the prompt, before tokenization, while specgw hands the "
-            "engine client token ids it tokenized itself, so the two servers' stamps sit at "
-            "slightly different points after HTTP handling); the difference (before the "
-            "stamp, and the way back); the engine core's scheduler queue and prefill. vLLM's "
-            "figures also count the run's warm-up requests.", "",
-            *md_table(["concurrency", "server", "reps", "client TTFT", "vLLM's TTFT",
-                       "client minus vLLM's", *(label for _, label in TTFT_STAGES)], rows)]
+    return ["Where the time to a first token goes (means, ms; each term per run, then the "
+            "median over the repetitions): the client's TTFT; vLLM's own "
+            "(`vllm:time_to_first_token_seconds`, from the arrival time vLLM stamps on the "
+            "request: vLLM's own server stamps it where its renderer starts on the prompt, "
+            "before tokenization (`vllm/renderers/base.py`, `render_cmpl_async`, in 0.26 "
+            "and 0.32 alike), while specgw hands the engine client token ids it tokenized "
+            "itself, so vllm serve's tokenization counts after the stamp and specgw's "
+            "before it); the client's minus vLLM's (before the stamp, and the way back); "
+            "from the stamp to the engine core's scheduler queue (vLLM's TTFT minus queue "
+            "and prefill: input processing, the hop to the engine core, and for vllm serve "
+            "its tokenization); the scheduler queue and prefill "
+            "(`vllm:request_queue_time_seconds`, `vllm:request_prefill_time_seconds`); and "
+            "the engine steps the run's window took (`vllm:iteration_tokens_total`'s "
+            "count; every run of a cell generates the same tokens). vLLM's figures also "
+            "count the run's warm-up requests.", "",
+            *md_table(["concurrency", "server", "reps",
+                       *(label for _, label, _ in TTFT_STAGES)], rows)]
 
 
 def config_rows(cfg: dict) -> Iterable[list[object]]:

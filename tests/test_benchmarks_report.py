@@ -254,3 +254,47 @@ def test_balance_under_load_counts_cells_and_checks_them_against_instance_pairs(
                            f"decode is slower per token in {longer} of 4")
     assert f"in {beyond} of 2 cells with identical processes" in text
     assert balance_lines([RunSet.load(DATA / "run3_1b_a")]) == []
+
+
+def test_stage_lines_split_specgws_earlier_first_token_on_vllms_clocks():
+    """Under load, the client's TTFT per term (RunSet.ttft_stages), specgw against vllm
+    serve, the largest term named and checked against two identical processes; run sets
+    without vLLM's stage timing give nothing, and the balance sentence then says so."""
+    from benchmarks.benchmarks_report import LOADED, STAGE_TERMS, balance_lines, stage_lines
+
+    old, rs = RunSet.load(DATA / "run5_instance"), RunSet.load(DATA / "run7_pinned")
+    assert stage_lines([old]) == []
+    assert balance_lines([old])[-1].endswith("sets them apart was not measured.")
+    assert balance_lines([old, rs])[-1].endswith("balances of prefill and decode.")
+    text = stage_lines([old, rs])
+    mains, fewer = [], 0
+    for c in LOADED:
+        s, v = rs.ttft_stages("specgw", c), rs.ttft_stages("vllm", c)
+        diff = {k: s[k] - v[k] for k, _ in STAGE_TERMS}
+        mains.append(max(diff, key=lambda k: abs(diff[k])))
+        fewer += s["steps"] < v["steps"]
+        row = next(ln for ln in text if ln.startswith(f"| run7_pinned | {c} |"))
+        assert f"| {s['admission']:.0f} / {v['admission']:.0f} ({diff['admission']:+.0f}) |" \
+            in row
+    summary = text[-1]
+    if len(set(mains)) == 1:
+        assert f"the largest term is {dict(STAGE_TERMS)[mains[0]]} in 2 of 2 cells" in summary
+    assert f"fewer steps for specgw in {fewer} of 2 cells" in summary
+    assert "of 2 cells" in summary.split("identical processes")[1]
+
+
+def test_pinning_line_compares_instance_offsets_of_pinned_and_unpinned_sets():
+    from benchmarks.benchmarks_report import instance_floor, pinning_line, process_cells
+
+    old, pinned = RunSet.load(DATA / "run5_instance"), RunSet.load(DATA / "run7_pinned")
+    assert pinning_line(process_cells([old])) == ""
+    on = [100 * instance_floor(pair_stats(pinned), c) for c in pinned.conc()]
+    off = [100 * instance_floor(pair_stats(old), c) for c in old.conc()]
+    text = pinning_line(process_cells([old, pinned]))
+    assert f"`run7_pinned` (3 CPUs per server): {min(on):.1f}-{max(on):.1f}" in text
+    assert f"not pinned: {min(off):.1f}-{max(off):.1f}" in text
+    assert ("overlap" in text) == (max(on) >= min(off))
+    # The same cells, the pinned offsets scaled below every unpinned one.
+    cells = [(rs, c, r, f * (min(off) / max(on) / 2 if rs is pinned else 1), inst)
+             for rs, c, r, f, inst in process_cells([old, pinned])]
+    assert "every pinned cell is below every unpinned one" in pinning_line(cells)

@@ -9,6 +9,8 @@ import shutil
 import statistics
 from pathlib import Path
 
+import pytest
+
 from benchmarks.serve_compare_data import RunSet, engine_evidence
 from benchmarks.serve_compare_report import T_ROUTER, pair_stats, router_section, targets
 
@@ -180,10 +182,9 @@ def test_a_pinned_server_and_what_it_starts_stay_on_its_cpus(tmp_path: Path):
 
 
 def test_ttft_stages_split_the_clients_ttft_on_vllms_clocks(tmp_path: Path):
-    """Client TTFT against vLLM's own TTFT and the engine core's queue and prefill, per
-    server and concurrency; absent from run sets that did not record them."""
-    import statistics
-
+    """Client TTFT against vLLM's own TTFT, split into the span before the scheduler, the
+    queue and prefill, each per run before the median; runs that lack a term are left out;
+    absent from run sets that did not record them."""
     from benchmarks.serve_compare_report import ttft_stage_table
 
     assert ttft_stage_table(RunSet.load(DATA / "run5_instance")) == []
@@ -192,10 +193,20 @@ def test_ttft_stages_split_the_clients_ttft_on_vllms_clocks(tmp_path: Path):
     for f in (src / "runs").glob("*.json"):
         r = json.loads(f.read_text())
         r["engine_timing"].update(ttft_mean_ms=r["bench"]["mean_ttft_ms"] - 1.5,
-                                  queue_mean_ms=2.0, prefill_mean_ms=None)
+                                  queue_mean_ms=2.0, prefill_mean_ms=4.0 + r["rep"])
+        if r["rep"] == 0 and r["variant"] == "vllm-2":
+            r["engine_timing"]["prefill_mean_ms"] = None
         f.write_text(json.dumps(r))
     rs = RunSet.load(src)
+    st = rs.ttft_stages("vllm", 64)
+    runs = rs.runs("vllm", 64)
+    assert st["reps"] == len(runs) == 5 and st["front"] == pytest.approx(1.5)
+    assert st["admission"] == pytest.approx(statistics.median(
+        r["bench"]["mean_ttft_ms"] - 1.5 - 2.0 - (4.0 + r["rep"]) for r in runs))
+    assert st["steps"] == statistics.median(r["engine_timing"]["iterations"] for r in runs)
+    assert rs.ttft_stages("vllm-2", 64)["reps"] == 4
     table = ttft_stage_table(rs)
     client = statistics.median(rs.values("vllm", 64, "mean_ttft_ms"))
     server = statistics.median(rs.record_values("vllm", 64, "engine_timing", "ttft_mean_ms"))
-    assert f"| 64 | vllm | 5 | {client:.1f} | {server:.1f} | +1.5 | 2.0 | - |" in table
+    assert (f"| 64 | vllm | 5 | {client:.1f} | {server:.1f} | +1.5 | {st['admission']:.1f} "
+            f"| 2.0 | 6.0 | {st['steps']:.0f} |") in table
