@@ -330,7 +330,69 @@ def deficit_cause(rs: RunSet, st: dict, c: int) -> str:
     elif s["ttft_add"] and s["tpot_ratio"] and parts:
         parts.append(f"paired medians: TTFT p50 {s['ttft_add'].median:+.0f} ms, TPOT p50 "
                      f"x{s['tpot_ratio'].median:.2f}")
+        if text := engine_step_reading(rs, c):
+            parts.append(text)
     return "; ".join(parts)
+
+
+SAME_STEPS = 0.02  # engine steps within 2%: the same batches, so one step time to compare
+
+
+def engine_steps(rs: RunSet, v: str, c: int) -> tuple[float, float] | None:
+    """(median engine steps, median mean step time ms on the engine core's clock) of
+    ``v`` at ``c``; None where the runs did not record them."""
+    steps = rs.record_values(v, c, "engine_timing", "iterations")
+    itl = rs.record_values(v, c, "engine_timing", "itl_mean_ms")
+    return (statistics.median(steps), statistics.median(itl)) if steps and itl else None
+
+
+def engine_step_order(rs: RunSet, c: int) -> tuple[float, bool | None] | None:
+    """Under load, where specgw and vllm serve (and their second processes) took the same
+    engine steps: specgw's mean step time on the engine core's clock in % of vllm serve's,
+    and whether both specgw processes' are longer than both vllm serve processes' (None
+    without the second processes)."""
+    got = {v: e for v in ("specgw", "specgw-2", "vllm", "vllm-2")
+           if (e := engine_steps(rs, v, c))}
+    if not ("specgw" in got and "vllm" in got):
+        return None
+    if max(abs(e[0] / got["vllm"][0] - 1) for e in got.values()) > SAME_STEPS:
+        return None
+    pct = 100 * (got["specgw"][1] / got["vllm"][1] - 1)
+    if len(got) < 4:
+        return pct, None
+    return pct, min(got["specgw"][1], got["specgw-2"][1]) > max(got["vllm"][1],
+                                                                got["vllm-2"][1])
+
+
+def engine_step_reading(rs: RunSet, c: int) -> str:
+    if not (o := engine_step_order(rs, c)):
+        return ""
+    floor = itl_floor(rs, c)
+    return (f"with the same engine steps, specgw's mean step on the engine core's clock "
+            f"{o[0]:+.1f}%" + (f" (two identical processes of one server: up to "
+                               f"{floor[1]:.1f}%)" if floor else "")
+            + ("; both specgw processes' steps longer than both vllm serve processes'"
+               if o[1] else ""))
+
+
+def engine_step_lines(sets: list[RunSet]) -> list[str]:
+    """Across run sets: the loaded cells where both servers took the same engine steps, and
+    in how many both specgw processes' steps were the longer ones."""
+    paired = [(rs.label, c, o) for rs in sets for c in rs.conc() if c != CLOCK_C
+              if (o := engine_step_order(rs, c)) and o[1] is not None]
+    if not paired:
+        return []
+    longer = sum(bool(o[1]) for _, _, o in paired)
+    where = ", ".join(f"`{label}` c={c} ({o[0]:+.1f}%)" for label, c, o in paired)
+    return [f"Under load, where specgw and vllm serve took the same engine steps (within "
+            f"{100 * SAME_STEPS:.0f}%: the same batches, so step times compare), specgw's "
+            f"mean step on the engine core's clock against vllm serve's: {where}; both "
+            f"specgw processes' steps are longer than both vllm serve processes' in {longer} "
+            f"of {len(paired)} of those cells. The two servers' engine cores differ in "
+            "specgw's probes (vllm serve runs with `SPECGW_PROBES=0`), in the structured "
+            "output settings, which no request here uses, and in the sampling parameters "
+            "each front end builds; these runs do not say which of them costs the time "
+            "(a run of `specgw-probes-off` with the engine's step timing would)."]
 
 
 Cell = tuple[RunSet, int, Spread, float | None, list[dict | None]]
@@ -994,6 +1056,7 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
               swing_text(serve), "",
               *instance_lines(serve, st), "",
               *process_lines(by_date([*earlier, serve])), "",
+              *engine_step_lines(by_date([*earlier, serve])), "",
               *balance_lines(by_date([*earlier, serve])), "",
               *stage_lines(by_date([*earlier, serve])), "",
               *c1_step_lines(by_date([*earlier, serve]), cost), "",

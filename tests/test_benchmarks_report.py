@@ -298,3 +298,41 @@ def test_pinning_line_compares_instance_offsets_of_pinned_and_unpinned_sets():
     cells = [(rs, c, r, f * (min(off) / max(on) / 2 if rs is pinned else 1), inst)
              for rs, c, r, f, inst in process_cells([old, pinned])]
     assert "every pinned cell is below every unpinned one" in pinning_line(cells)
+
+
+def test_engine_steps_are_compared_only_where_both_servers_took_the_same_steps(tmp_path):
+    import json
+    import shutil
+
+    from benchmarks.benchmarks_report import (
+        SAME_STEPS,
+        engine_step_lines,
+        engine_step_order,
+        engine_steps,
+    )
+
+    sets = [RunSet.load(DATA / s) for s in ("run5_instance", "run6_instance", "run7_pinned")]
+    expect = []
+    for rs in sets:
+        for c in rs.conc():
+            got = {v: engine_steps(rs, v, c) for v in ("specgw", "specgw-2", "vllm", "vllm-2")}
+            same = max(abs(e[0] / got["vllm"][0] - 1) for e in got.values()) <= SAME_STEPS
+            o = engine_step_order(rs, c)
+            assert (o is not None) == same
+            if same and c != 1:
+                longer = (min(got["specgw"][1], got["specgw-2"][1])
+                          > max(got["vllm"][1], got["vllm-2"][1]))
+                assert o == (100 * (got["specgw"][1] / got["vllm"][1] - 1), longer)
+                expect.append(longer)
+    assert expect, "the committed run sets have loaded cells with the same engine steps"
+    text = engine_step_lines([RunSet.load(DATA / "run4_speed"), *sets])[0]
+    assert f"in {sum(expect)} of {len(expect)} of those cells" in text
+    assert engine_step_lines([RunSet.load(DATA / "run4_speed")]) == []
+    # One server taking 10% more steps at c=16: its batches differ, so no comparison.
+    src = tmp_path / "run7_pinned"
+    shutil.copytree(DATA / "run7_pinned", src)
+    for f in (src / "runs").glob("vllm-2_c16_*.json"):
+        r = json.loads(f.read_text())
+        r["engine_timing"]["iterations"] *= 1.1
+        f.write_text(json.dumps(r))
+    assert engine_step_order(RunSet.load(src), 16) is None
