@@ -389,10 +389,12 @@ def engine_step_lines(sets: list[RunSet]) -> list[str]:
             f"mean step on the engine core's clock against vllm serve's: {where}; both "
             f"specgw processes' steps are longer than both vllm serve processes' in {longer} "
             f"of {len(paired)} of those cells. The two servers' engine cores differ in "
-            "specgw's probes (vllm serve runs with `SPECGW_PROBES=0`), in the structured "
-            "output settings, which no request here uses, and in the sampling parameters "
-            "each front end builds; these runs do not say which of them costs the time "
-            "(a run of `specgw-probes-off` with the engine's step timing would)."]
+            "specgw's probes (vllm serve runs with `SPECGW_PROBES=0`) and in the structured "
+            "output settings, which no request here uses; the sampling parameters the two "
+            "front ends build from `vllm bench serve`'s request are the same field by field "
+            "but for vLLM's copy flag (`tests/test_sampling_parity.py`, on vLLM 0.32). "
+            "These runs do not say what costs the time (a run of `specgw-probes-off` with "
+            "the engine's step timing would)."]
 
 
 Cell = tuple[RunSet, int, Spread, float | None, list[dict | None]]

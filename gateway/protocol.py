@@ -10,7 +10,22 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    model_validator,
+)
+
+
+def null_is(default: Any) -> BeforeValidator:
+    """The OpenAI reference types these fields nullable, and vLLM's server reads null as
+    the default; the SDK sends null for a parameter passed as None."""
+    return BeforeValidator(lambda v: default if v is None else v)
+
 
 Temperature = Annotated[float, Field(ge=0.0, le=2.0)]
 TopP = Annotated[float, Field(gt=0.0, le=1.0)]
@@ -115,13 +130,13 @@ class _SamplingFields(BaseModel):
     model: str
     temperature: Temperature | None = None
     top_p: TopP | None = None
-    n: Annotated[StrictInt, Field(ge=1, le=16)] = 1
+    n: Annotated[StrictInt, Field(ge=1, le=16), null_is(1)] = 1
     stop: str | list[str] | None = None
     # int64, as vLLM's own server bounds it: larger seeds overflow torch's generator.
     seed: Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1)] | None = None
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
-    stream: StrictBool = False
+    stream: Annotated[StrictBool, null_is(False)] = False
     stream_options: StreamOptions | None = None
     user: str | None = None
     logit_bias: dict[str, float] | None = None
@@ -154,7 +169,7 @@ class ChatCompletionRequest(_SamplingFields):
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     max_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
     max_completion_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
-    logprobs: StrictBool = False
+    logprobs: Annotated[StrictBool, null_is(False)] = False
     top_logprobs: Annotated[StrictInt, Field(ge=0, le=20)] | None = None
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
@@ -184,9 +199,11 @@ class ChatCompletionRequest(_SamplingFields):
 
 class CompletionRequest(_SamplingFields):
     prompt: str | list[str] | list[StrictInt] | list[list[StrictInt]]
-    max_tokens: Annotated[StrictInt, Field(ge=1)] | None = 16
+    # null is the default 16 here (the reference's "defaults to 16"; vLLM 0.32 reads it
+    # so too), not "up to the context" as a chat request's null.
+    max_tokens: Annotated[StrictInt, Field(ge=1), null_is(16)] = 16
     logprobs: Annotated[StrictInt, Field(ge=0, le=20)] | None = None
-    echo: StrictBool = False
+    echo: Annotated[StrictBool, null_is(False)] = False
     suffix: str | None = None
     best_of: StrictInt | None = None
 

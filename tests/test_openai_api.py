@@ -130,3 +130,19 @@ def test_curl_stream(base_url):
     chunks = [json.loads(e) for e in events[:-1]]
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
     assert chunks[-1]["choices"][0]["finish_reason"] in ("length", "stop")
+
+
+def test_null_means_the_default_where_openai_allows_null(client):
+    """The SDK sends null for a parameter passed as None; the OpenAI reference types these
+    nullable and vLLM's server reads null as the default, so the answer is the default's."""
+    kw = dict(model=MODEL, messages=PROMPT, max_tokens=6, temperature=0)
+    plain = client.chat.completions.create(**kw)
+    nulls = client.chat.completions.create(**kw, n=None, logprobs=None, stream=None)
+    assert [c.message.content for c in nulls.choices] == [plain.choices[0].message.content]
+    assert nulls.choices[0].logprobs is None
+    # A completion's max_tokens=null is its default, 16 (not "up to the context").
+    r = client.completions.create(model=MODEL, prompt="def a(", max_tokens=None,
+                                  temperature=0, n=None, echo=None,
+                                  extra_body={"ignore_eos": True})
+    assert len(r.choices) == 1 and not r.choices[0].text.startswith("def a(")
+    assert r.usage.completion_tokens == 16
