@@ -394,7 +394,10 @@ def engine_step_lines(sets: list[RunSet]) -> list[str]:
             "front ends build from `vllm bench serve`'s request are the same field by field "
             "but for vLLM's copy flag (`tests/test_sampling_parity.py`, on vLLM 0.32). "
             "These runs do not say what costs the time (a run of `specgw-probes-off` with "
-            "the engine's step timing would)."]
+            "the engine's step timing would). `serve_compare.py` now also records each "
+            "server process's CPU time per run; its first run, on the CPU engine, sets the "
+            "two front ends' CPU per generated token side by side "
+            "(`docs/cpu/serve_compare_cputime.md`)."]
 
 
 Cell = tuple[RunSet, int, Spread, float | None, list[dict | None]]

@@ -60,7 +60,9 @@ starts) reached its 470 s budget after 60 runs; ``run7_pinned`` (the same with
         --variants specgw,specgw-2,vllm,vllm-2 --concurrency 1,16,64,128 --reps 5 \
         --gpu-share 0.2 --budget-s 490 --out /root/results/serve_compare/run5_instance
 
-Here: ``flock /tmp/specgw-engine.lock python -m benchmarks.serve_compare --out DIR ...``.
+Here: ``flock /tmp/specgw-engine.lock python -m benchmarks.serve_compare --out DIR ...``;
+``docs/cpu/serve_compare_cputime`` is ``--variants specgw,vllm --concurrency 1,8 --reps 5
+--output-len 64 --prompts-per-client 2 --min-prompts 8 --num-warmups 1`` (about 6 min).
 """
 
 from __future__ import annotations
@@ -317,22 +319,48 @@ def engine_timing(before: Samples, after: Samples) -> dict:
             "decode_mean_ms": mean_ms("vllm:request_decode_time_seconds")}
 
 
-def placement(srv: Server) -> list[dict]:
-    """The CPU each of the server's processes last ran on, and the cores it may use: a
-    per-process offset that follows the socket or NUMA node the engine core landed on
-    shows here (``host_topology`` says which cores belong to which node)."""
+def server_processes(srv: Server) -> list:
+    """The server's process and its children (API server, engine core, workers)."""
     import psutil
 
     try:
         root = psutil.Process(srv.proc.pid)
-        procs = [root, *root.children(recursive=True)]
+        return [root, *root.children(recursive=True)]
     except psutil.Error:
         return []
-    out = []
-    for p in procs:
+
+
+def cpu_seconds(srv: Server) -> dict[int, float]:
+    """User + system CPU seconds each of the server's processes has used so far."""
+    import psutil
+
+    out = {}
+    for p in server_processes(srv):
         with contextlib.suppress(psutil.Error):
-            out.append({"pid": p.pid, "name": p.name(), "cpu": p.cpu_num(),
-                        "affinity": len(p.cpu_affinity()), "threads": p.num_threads()})
+            t = p.cpu_times()
+            out[p.pid] = t.user + t.system
+    return out
+
+
+def placement(srv: Server, cpu_before: dict[int, float] | None = None) -> list[dict]:
+    """The CPU each of the server's processes last ran on, and the cores it may use: a
+    per-process offset that follows the socket or NUMA node the engine core landed on
+    shows here (``host_topology`` says which cores belong to which node). With
+    ``cpu_before`` (``cpu_seconds`` at the run's start), ``cpu_s``: the CPU seconds each
+    process used over the ``vllm bench serve`` call (its warm-ups included, as in
+    ``engine_timing``; the metric scrapes left out), so the front end's CPU cost per
+    token can be set against the engine core's."""
+    import psutil
+
+    out = []
+    for p in server_processes(srv):
+        with contextlib.suppress(psutil.Error):
+            rec = {"pid": p.pid, "name": p.name(), "cpu": p.cpu_num(),
+                   "affinity": len(p.cpu_affinity()), "threads": p.num_threads()}
+            if cpu_before is not None:
+                t = p.cpu_times()
+                rec["cpu_s"] = round(t.user + t.system - cpu_before.get(p.pid, 0.0), 3)
+            out.append(rec)
     return out
 
 
@@ -371,15 +399,17 @@ def run_matrix(a: argparse.Namespace, servers: dict[str, Server]) -> None:
                 if srv.proc.poll() is not None:
                     raise RuntimeError(f"{v} died:\n{srv.tail()}")
                 before = scrape(srv.url)
+                cpu_before = cpu_seconds(srv)  # after the scrape: its cost is not the run's
                 t = time.time()
                 res = bench(a, srv.url, c, f"{v}-c{c}-r{rep}")
+                where = placement(srv, cpu_before)
                 after = scrape(srv.url)
                 acc = acceptance(before, after, a.k)
                 rec = {"variant": v, "concurrency": c, "rep": rep, "position": order.index(v),
                        "started": t, "wall_s": round(time.time() - t, 2), "bench": res,
                        "server_acceptance": acc, "drafter_graphs": drafter_graphs(before, after),
                        "engine_timing": engine_timing(before, after),
-                       "placement": placement(srv)}
+                       "placement": where}
                 f.write_text(json.dumps(rec, indent=1))
                 print(f"[{done}/{total}] {v} c={c} rep={rep}: "
                       f"{res.get('output_throughput', 0):.0f} tok/s, TPOT p50 "

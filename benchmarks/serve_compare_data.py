@@ -19,6 +19,10 @@ from pathlib import Path
 Cells = dict[tuple[str, int], list[dict]]
 # vLLM's own per-request means (engine_timing), over the same requests as the client's.
 STAGE_KEYS = ("ttft_mean_ms", "queue_mean_ms", "prefill_mean_ms")
+# vLLM names its engine processes (VLLM::EngineCore, and VLLM::Worker where the model
+# runs in processes of its own, as on the CPU); every other process of a server is its
+# front end (HTTP, tokenization, detokenization, streaming).
+ENGINE_PROCESS = "VLLM::"
 
 
 @dataclass
@@ -87,6 +91,25 @@ class RunSet:
         }
         return {"reps": len(rows),
                 **{k: statistics.median(x) for k, x in terms.items() if x}}
+
+    def cpu_per_token(self, v: str, c: int) -> dict[str, float] | None:
+        """CPU milliseconds per generated token over each run's ``vllm bench serve`` call,
+        medians over the repetitions: ``front`` (the server's processes but vLLM's engine
+        processes) and ``engine`` (the engine core and any workers); ``reps``. None where
+        the runs predate the record."""
+        front, engine = [], []
+        for r in self.runs(v, c):
+            procs = [p for p in r.get("placement") or [] if "cpu_s" in p]
+            tokens = (r.get("engine_timing") or {}).get("generation_tokens")
+            if not (procs and tokens):
+                continue
+            core = sum(p["cpu_s"] for p in procs if p["name"].startswith(ENGINE_PROCESS))
+            front.append(1000 * (sum(p["cpu_s"] for p in procs) - core) / tokens)
+            engine.append(1000 * core / tokens)
+        if not front:
+            return None
+        return {"reps": len(front), "front": statistics.median(front),
+                "engine": statistics.median(engine)}
 
     def paired_runs(self, a: str, b: str, c: int) -> list[tuple[dict, dict]]:
         """(a, b) runs of the repetitions both ran (same repetition, same concurrency:

@@ -151,6 +151,24 @@ def ttft_stage_table(rs: RunSet) -> list[str]:
                        *(label for _, label, _ in TTFT_STAGES)], rows)]
 
 
+def cpu_table(rs: RunSet) -> list[str]:
+    """CPU time per generated token of each server's front end and engine
+    (RunSet.cpu_per_token); empty for run sets that predate the record."""
+    rows = [[c, v, st["reps"], f"{st['front']:.3f}", f"{st['engine']:.3f}",
+             f"{st['front'] / st['engine']:.2f}" if st["engine"] else None]
+            for c in rs.conc() for v in rs.variants() if (st := rs.cpu_per_token(v, c))]
+    if not rows:
+        return []
+    return ["CPU time per generated token (ms, user + system, over each run's `vllm bench "
+            "serve` call with its warm-ups; medians over the repetitions), from each "
+            "process's own CPU clock (`placement` in each run's JSON): the front end (every "
+            "process of the server but vLLM's engine processes: HTTP, tokenization, "
+            "detokenization, streaming) and the engine (`VLLM::EngineCore`, and the "
+            "`VLLM::Worker` processes where the model runs apart from it).", "",
+            *md_table(["concurrency", "server", "reps", "front end ms / token",
+                       "engine ms / token", "front end / engine"], rows)]
+
+
 def config_rows(cfg: dict) -> Iterable[list[object]]:
     for k, v in cfg.items():
         yield [k, f"`{json.dumps(v)}`" if isinstance(v, dict | list) else v]
@@ -557,7 +575,8 @@ def document(sets: list[RunSet], out: Path, title: str) -> list[str]:
                   "Ratios, each dividing two runs of the same repetition and concurrency; "
                   "median and min-max over the repetitions:", "",
                   *ratio_table(rs, stats[rs.label]), "",
-                  *([*stages, ""] if (stages := ttft_stage_table(rs)) else [])]
+                  *([*stages, ""] if (stages := ttft_stage_table(rs)) else []),
+                  *([*cpu, ""] if (cpu := cpu_table(rs)) else [])]
     big = [c for c in (64, 128) if any(c in rs.conc() for rs in sets)]
     lines += ["## Run-to-run noise", "",
               "`vllm serve` with the same configuration in each run set (side by side, not "

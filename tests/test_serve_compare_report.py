@@ -210,3 +210,86 @@ def test_ttft_stages_split_the_clients_ttft_on_vllms_clocks(tmp_path: Path):
     server = statistics.median(rs.record_values("vllm", 64, "engine_timing", "ttft_mean_ms"))
     assert (f"| 64 | vllm | 5 | {client:.1f} | {server:.1f} | +1.5 | {st['admission']:.1f} "
             f"| 2.0 | 6.0 | {st['steps']:.0f} |") in table
+
+
+def test_placement_times_each_process_of_a_server_over_a_run(tmp_path: Path):
+    """A real server whose child burns 0.3 s of CPU when asked: ``placement`` with the
+    ``cpu_seconds`` taken before charges that CPU to the child, not to the server process,
+    and not what either used before."""
+    import sys
+    import time
+
+    from benchmarks.harness import Server
+    from benchmarks.serve_compare import cpu_seconds, placement
+
+    flag = tmp_path / "burn"
+    burner = ("import os, sys, time\n"
+              "while True:\n"
+              "    if os.path.exists(sys.argv[1]):\n"
+              "        end = time.process_time() + 0.3\n"
+              "        while time.process_time() < end: pass\n"
+              "        os.remove(sys.argv[1])\n"
+              "    time.sleep(0.02)\n")
+    server = ("import http.server, subprocess, sys;"
+              f"subprocess.Popen([sys.executable, '-c', {burner!r}, sys.argv[2]]);"
+              "http.server.test(http.server.SimpleHTTPRequestHandler, port=int(sys.argv[1]),"
+              " bind='127.0.0.1')")
+    srv = Server("burner", [str(flag)], cmd=[sys.executable, "-c", server, "{port}"],
+                 ready_path="/", log_dir=tmp_path)
+    try:
+        srv.wait_ready(30)
+        time.sleep(0.5)  # the child's own start-up CPU falls before the window
+        before = cpu_seconds(srv)
+        assert len(before) == 2
+        flag.write_text("")
+        deadline = time.time() + 20
+        while flag.exists() and time.time() < deadline:
+            time.sleep(0.05)
+        procs = {p["pid"]: p for p in placement(srv, before)}
+        root, child = procs.pop(srv.proc.pid), procs.popitem()[1]
+        assert 0.25 <= child["cpu_s"] < 1.0
+        assert root["cpu_s"] < 0.1
+        assert "cpu_s" not in placement(srv)[0]
+    finally:
+        srv.stop()
+
+
+def test_cpu_per_token_splits_front_end_and_engine_core(tmp_path: Path):
+    """Per run: vLLM's engine processes' CPU seconds against every other process's, per
+    generated token, then the median; runs without the record are left out, and the table
+    is only there when some run has it."""
+    from benchmarks.serve_compare_report import cpu_table
+
+    assert cpu_table(RunSet.load(DATA / "run7_pinned")) == []
+    src = tmp_path / "run7_pinned"
+    shutil.copytree(DATA / "run7_pinned", src)
+    for f in (src / "runs").glob("*_c16_*.json"):
+        r = json.loads(f.read_text())
+        for p in r["placement"]:
+            p["cpu_s"] = (2.0 if p["name"] == "VLLM::EngineCore" else 0.5) * (1 + r["rep"])
+        if r["rep"] == 4:
+            r["placement"] = [{k: v for k, v in p.items() if k != "cpu_s"}
+                              for p in r["placement"]]
+        f.write_text(json.dumps(r))
+    rs = RunSet.load(src)
+    assert rs.cpu_per_token("vllm", 1) is None
+    st = rs.cpu_per_token("vllm", 16)
+    runs = [r for r in rs.runs("vllm", 16) if r["rep"] != 4]
+    fronts = [sum(0.5 * (1 + r["rep"]) for p in r["placement"]
+                  if p["name"] != "VLLM::EngineCore")
+              / r["engine_timing"]["generation_tokens"] for r in runs]
+    assert st["reps"] == 4
+    assert st["front"] == pytest.approx(1000 * statistics.median(fronts))
+    assert st["engine"] == pytest.approx(4 * st["front"] / sum(
+        p["name"] != "VLLM::EngineCore" for p in runs[0]["placement"]))
+    # A worker process of its own (the CPU engine's) is engine, not front end.
+    cpu = RunSet.load(DATA.parent.parent / "cpu" / "serve_compare_cputime")
+    runs = cpu.runs("specgw", 8)
+    assert any(p["name"] == "VLLM::Worker" for p in runs[0]["placement"])
+    engine = [1000 * sum(p["cpu_s"] for p in r["placement"]
+                         if p["name"] in ("VLLM::EngineCore", "VLLM::Worker"))
+              / r["engine_timing"]["generation_tokens"] for r in runs]
+    assert cpu.cpu_per_token("specgw", 8)["engine"] == pytest.approx(
+        statistics.median(engine))
+    table = cpu_table(rs)
+    assert any(ln.startswith(f"| 16 | vllm | 4 | {st['front']:.3f} |") for ln in table)
