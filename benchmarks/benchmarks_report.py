@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks import probe_toggle
@@ -353,11 +354,13 @@ def engine_step_order(rs: RunSet, c: int) -> tuple[float, bool | None] | None:
     without the second processes)."""
     got = {v: e for v in ("specgw", "specgw-2", "vllm", "vllm-2")
            if (e := engine_steps(rs, v, c))}
-    if not ("specgw" in got and "vllm" in got):
+    if not ("specgw" in got and "vllm" in got and got["vllm"][0]):
         return None
     if max(abs(e[0] / got["vllm"][0] - 1) for e in got.values()) > SAME_STEPS:
         return None
-    pct = 100 * (got["specgw"][1] / got["vllm"][1] - 1)
+    if not (d := clock_diffs(rs, "specgw", "vllm", c)):
+        return None
+    pct = d[1]
     if len(got) < 4:
         return pct, None
     return pct, min(got["specgw"][1], got["specgw-2"][1]) > max(got["vllm"][1],
@@ -392,7 +395,8 @@ def engine_step_lines(sets: list[RunSet]) -> list[str]:
             "specgw's probes (vllm serve runs with `SPECGW_PROBES=0`) and in the structured "
             "output settings, which no request here uses; the sampling parameters the two "
             "front ends build from `vllm bench serve`'s request are the same field by field "
-            "but for vLLM's copy flag (`tests/test_sampling_parity.py`, on vLLM 0.32). "
+            "but for vLLM's copy flag (`tests/test_sampling_parity.py`, checked on vLLM "
+            "0.32, not on the 0.26 these runs used). "
             "These runs do not say what costs the time (a run of `specgw-probes-off` with "
             "the engine's step timing would). `serve_compare.py` now also records each "
             "server process's CPU time per run; its first run, on the CPU engine, sets the "
@@ -496,9 +500,13 @@ def pinning_line(cells: list[Cell]) -> str:
     on, off = floors[True], floors[False]
     if not (on and off):
         return ""
-    verdict = ("every pinned cell is below every unpinned one" if max(on) < min(off) else
-               "the two ranges overlap: pinning each server to CPUs of its own did not remove "
-               "the offset between two identical processes")
+    if max(on) < min(off):
+        verdict = "every pinned cell is below every unpinned one"
+    elif min(on) > max(off):
+        verdict = "every pinned cell is above every unpinned one"
+    else:
+        verdict = ("the two ranges overlap: pinning each server to CPUs of its own did not "
+                   "remove the offset between two identical processes")
     return (f"Pinned against not pinned, the larger instance offset per cell (points from "
             f"1): {', '.join(sorted(pinned))}: {min(on):.1f}-{max(on):.1f}, median "
             f"{statistics.median(on):.1f} over {len(on)} cells; not pinned: "
@@ -545,66 +553,88 @@ def balance_lines(sets: list[RunSet]) -> list[str]:
                "difference is larger than both instance pairs' (a difference between the "
                "servers, not the processes)" if checked else "")
             + ". Output tok/s thus compares two different balances of prefill and decode"
-            + ("." if any(rs.ttft_stages("specgw", c) for rs in sets for c in LOADED) else
+            + ("." if stage_lines(sets) else
                "; what in the request path sets them apart was not measured.")]
 
 
-STAGE_TERMS = (("front", "before vLLM's arrival stamp and back"),
-               ("admission", "from the stamp to the scheduler"),
+STAGE_TERMS = (("front", "before vLLM's arrival stamp, and after its output loop"),
+               ("outside_core", "outside the engine core"),
                ("queue", "scheduler queue"), ("prefill", "prefill"))
 
 
+def instance_spread(rs: RunSet, c: int, of: Callable[[str], float | None]) -> float | None:
+    """The larger difference in ``of`` between two identical processes of one server."""
+    diffs = [abs(a - b) for x, y in INSTANCES
+             if (a := of(x)) is not None and (b := of(y)) is not None]
+    return max(diffs) if diffs else None
+
+
+def stage_cell(rs: RunSet, c: int, st: dict) -> dict | None:
+    """One loaded cell of stage_lines: specgw's TTFT terms against vllm serve's, the
+    largest term against the same term's instance spread, and the engine steps."""
+    s, v = rs.ttft_stages("specgw", c), rs.ttft_stages("vllm", c)
+    es, ev = engine_steps(rs, "specgw", c), engine_steps(rs, "vllm", c)
+    if not (s and v and es and ev):
+        return None
+    diff = {k: s[k] - v[k] for k, _ in STAGE_TERMS}
+    main = max(diff, key=lambda k: abs(diff[k]))
+    term_spread = instance_spread(rs, c, lambda x: (t := rs.ttft_stages(x, c)) and t[main])
+    step_spread = instance_spread(rs, c, lambda x: (e := engine_steps(rs, x, c)) and e[0])
+    tpot = (p := st.get(("specgw", "vllm", c))) and p["tpot_ratio"]
+    return {"s": s, "v": v, "diff": diff, "main": main, "term_spread": term_spread,
+            "steps": (es[0], ev[0]), "step_spread": step_spread,
+            "longer_step": es[1] > ev[1], "slower_tpot": bool(tpot) and tpot.median > 1}
+
+
 def stage_lines(sets: list[RunSet]) -> list[str]:
-    """Under load, where specgw's earlier first token is won: the client's TTFT split on
-    vLLM's own clocks (RunSet.ttft_stages), specgw against vllm serve term by term, in
-    the run sets that recorded it; and the engine steps each took for the same tokens."""
+    """Under load, the client's TTFT split on vLLM's own clocks (RunSet.ttft_stages),
+    specgw against vllm serve term by term, in the run sets that recorded it; and the
+    engine steps each took for the same tokens, each against two identical processes."""
     rows, cells = [], []
     for rs in sets:
         st = pair_stats(rs)
         for c in LOADED:
-            s, v = rs.ttft_stages("specgw", c), rs.ttft_stages("vllm", c)
-            if not (s and v and "steps" in s and "steps" in v):
+            if not (x := stage_cell(rs, c, st)):
                 continue
-            diff = {k: s[k] - v[k] for k, _ in STAGE_TERMS}
-            main = max(diff, key=lambda k: abs(diff[k]))
-            # The same term between two identical processes of one server, where they ran.
-            inst = [abs(a[main] - b[main]) for x, y in INSTANCES
-                    if (a := rs.ttft_stages(x, c)) and (b := rs.ttft_stages(y, c))]
-            tpot = (p := st.get(("specgw", "vllm", c))) and p["tpot_ratio"]
-            cells.append((main, s["steps"] < v["steps"], bool(tpot) and tpot.median > 1,
-                          abs(diff[main]) > max(inst) if inst else None))
+            cells.append(x)
+            s, v, diff = x["s"], x["v"], x["diff"]
             rows.append([rs.label, c,
                          f"{s['client']:.0f} / {v['client']:.0f} "
                          f"({s['client'] - v['client']:+.0f})",
                          *(f"{s[k]:.0f} / {v[k]:.0f} ({diff[k]:+.0f})" for k, _ in STAGE_TERMS),
-                         f"{max(inst):.0f}" if inst else None,
-                         f"{s['steps']:.0f} / {v['steps']:.0f}"])
+                         num(x["term_spread"], "{:.0f}"),
+                         f"{x['steps'][0]:.0f} / {x['steps'][1]:.0f}",
+                         num(x["step_spread"], "{:.0f}")])
     if not cells:
         return []
     labels = dict(STAGE_TERMS)
-    mains = {m for m, *_ in cells}
-    lead = (f"the largest term is {labels[mains.pop()]} in {len(cells)} of {len(cells)} cells"
-            if len(mains) == 1 else "the largest term differs between cells")
-    checked = sum(b is not None for *_, b in cells)
-    beyond = sum(bool(b) for *_, b in cells)
-    fewer = sum(f for _, f, _, _ in cells)
-    both = sum(f and t for _, f, t, _ in cells)
+    mains = {x["main"] for x in cells}
+    lead = (f"the largest term is '{labels[mains.pop()]}' in {len(cells)} of {len(cells)} "
+            "cells" if len(mains) == 1 else "the largest term differs between cells")
+    checked = [x for x in cells if x["term_spread"] is not None]
+    beyond = sum(abs(x["diff"][x["main"]]) > x["term_spread"] for x in checked)
+    fewer = [x for x in cells if x["steps"][0] < x["steps"][1]]
+    fewer_beyond = sum(x["step_spread"] is not None
+                       and x["steps"][1] - x["steps"][0] > x["step_spread"] for x in fewer)
     return ["The client's mean TTFT split on vLLM's own clocks (`docs/serve_compare.md` "
             "defines each term and where each server's arrival stamp sits: vllm serve's "
             "tokenization falls after its stamp, specgw's before), specgw / vllm serve, "
             "medians of the repetitions in ms (specgw minus vllm serve), and the engine "
-            "steps each run's window took for the same generated tokens:", "",
+            "steps each run's window took for the same generated tokens, each next to the "
+            "larger difference between two identical processes of one server:", "",
             *md_table(["run set", "concurrency", "client TTFT",
                        *(label for _, label in STAGE_TERMS),
-                       "identical processes: their difference in the largest term",
-                       "engine steps"], rows), "",
+                       "identical processes: difference in the largest term",
+                       "engine steps", "identical processes: difference in steps"], rows), "",
             f"Of specgw's TTFT difference, {lead}"
             + (f"; it exceeds the same term's difference between two identical processes "
-               f"in {beyond} of {checked} cells" if checked else "")
-            + ". The engine took fewer steps for specgw "
-            f"in {fewer} of {len(cells)} cells: more tokens per step, and a step over a "
-            f"fuller batch takes longer, which fits a slower specgw TPOT in {both} of those "
-            "cells. This splits the time; it does not name the work inside a term."]
+               f"in {beyond} of {len(checked)} cells" if checked else "")
+            + f". The engine took fewer steps for specgw in {len(fewer)} of {len(cells)} "
+            f"cells, by more than two identical processes differ in {fewer_beyond} of them; "
+            f"in those {len(fewer)}, its mean step on the engine core's clock was longer in "
+            f"{sum(x['longer_step'] for x in fewer)} and its TPOT p50 slower in "
+            f"{sum(x['slower_tpot'] for x in fewer)}. This splits the time; it does not name "
+            "the work inside a term."]
 
 
 def c1_step_lines(sets: list[RunSet], cost: dict | None) -> list[str]:

@@ -273,7 +273,7 @@ def report(data: dict, candidate: str, baseline: str | None) -> str:
     rated = [label for label in res if label != baseline]
     table = {label: verdicts(res[label], base) for label in rated}
     lines = [
-        "# Bundled model pair: quality as served (CPU engine, EAGLE-3, k=3)", "",
+        f"# Model pair `{candidate}`: quality as served (CPU engine, EAGLE-3, k=3)", "",
         f"vLLM {meta['vllm']}, {meta['cpus']} CPU cores ({meta['machine']}), batch 1, "
         f"{len(PROMPTS)} fixed code prompts. Produced by `python -m benchmarks.model_quality`;"
         " raw numbers (every completion included) in `model_quality.json`. Acceptance "

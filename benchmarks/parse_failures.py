@@ -296,7 +296,8 @@ def report(out: dict) -> list[str]:
         and r["class"] != "parses" and (r["longest_parsing_prefix"] or 0) >= PARSE_LINES - 1)
         for t in out["metric"]}
     lines = [
-        "# Parse share of the bundled pair: failure classes and a calibration of the metric",
+        f"# Parse share of the pair `{out['label']}`: failure classes and a calibration of "
+        "the metric",
         "",
         f"Produced by `{out['command']}` from the raw completions in "
         f"`{out['source']}` (pair `{out['label']}`); every classified completion and "

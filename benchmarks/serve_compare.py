@@ -330,15 +330,20 @@ def server_processes(srv: Server) -> list:
         return []
 
 
+def process_cpu_s(p) -> float:
+    """User + system CPU seconds a (psutil) process has used so far."""
+    t = p.cpu_times()
+    return t.user + t.system
+
+
 def cpu_seconds(srv: Server) -> dict[int, float]:
-    """User + system CPU seconds each of the server's processes has used so far."""
+    """``process_cpu_s`` of each of the server's processes."""
     import psutil
 
     out = {}
     for p in server_processes(srv):
         with contextlib.suppress(psutil.Error):
-            t = p.cpu_times()
-            out[p.pid] = t.user + t.system
+            out[p.pid] = process_cpu_s(p)
     return out
 
 
@@ -358,8 +363,7 @@ def placement(srv: Server, cpu_before: dict[int, float] | None = None) -> list[d
             rec = {"pid": p.pid, "name": p.name(), "cpu": p.cpu_num(),
                    "affinity": len(p.cpu_affinity()), "threads": p.num_threads()}
             if cpu_before is not None:
-                t = p.cpu_times()
-                rec["cpu_s"] = round(t.user + t.system - cpu_before.get(p.pid, 0.0), 3)
+                rec["cpu_s"] = round(process_cpu_s(p) - cpu_before.get(p.pid, 0.0), 3)
             out.append(rec)
     return out
 

@@ -19,10 +19,11 @@ from pathlib import Path
 Cells = dict[tuple[str, int], list[dict]]
 # vLLM's own per-request means (engine_timing), over the same requests as the client's.
 STAGE_KEYS = ("ttft_mean_ms", "queue_mean_ms", "prefill_mean_ms")
-# vLLM names its engine processes (VLLM::EngineCore, and VLLM::Worker where the model
-# runs in processes of its own, as on the CPU); every other process of a server is its
-# front end (HTTP, tokenization, detokenization, streaming).
-ENGINE_PROCESS = "VLLM::"
+# vLLM names its engine processes (VLLM::EngineCore, and VLLM::Worker[_TPn] where the
+# model runs in processes of its own, as on the CPU); every other process of a server,
+# VLLM::APIServer_n and the data-parallel coordinator included, is its front end (HTTP,
+# tokenization, detokenization, streaming).
+ENGINE_PROCESSES = ("VLLM::EngineCore", "VLLM::Worker")
 
 
 @dataclass
@@ -68,9 +69,12 @@ class RunSet:
     def ttft_stages(self, v: str, c: int) -> dict[str, float] | None:
         """Where the time to a first token went, medians over the repetitions (ms):
         ``client`` (the client's mean TTFT), ``engine`` (vLLM's own, from the arrival
-        time it stamps on the request), ``front`` (client minus engine: before the stamp,
-        and the way back), ``admission`` (engine minus queue minus prefill: from the stamp
-        to the engine core's scheduler queue), ``queue``, ``prefill``; ``steps``, the
+        time it stamps on the request to when its front end's output loop takes the first
+        token in), ``front`` (client minus engine: before the stamp, and from that loop to
+        the client), ``outside_core`` (engine minus queue minus prefill: the two spans of
+        vLLM's TTFT outside the engine core's own clocks, from the stamp to the scheduler
+        queue and from the engine core's first token back to the output loop),
+        ``queue``, ``prefill``; ``steps``, the
         engine iterations of the run's window; ``reps``. Each term is computed per run
         before the median. None where the runs predate vLLM's stage timing."""
         rows = [(r["bench"]["mean_ttft_ms"], r["engine_timing"]) for r in self.runs(v, c)
@@ -83,8 +87,8 @@ class RunSet:
             "client": [cl for cl, _ in rows],
             "engine": [e["ttft_mean_ms"] for _, e in rows],
             "front": [cl - e["ttft_mean_ms"] for cl, e in rows],
-            "admission": [e["ttft_mean_ms"] - e["queue_mean_ms"] - e["prefill_mean_ms"]
-                          for _, e in rows],
+            "outside_core": [e["ttft_mean_ms"] - e["queue_mean_ms"] - e["prefill_mean_ms"]
+                             for _, e in rows],
             "queue": [e["queue_mean_ms"] for _, e in rows],
             "prefill": [e["prefill_mean_ms"] for _, e in rows],
             "steps": [e["iterations"] for _, e in rows if e.get("iterations") is not None],
@@ -103,7 +107,7 @@ class RunSet:
             tokens = (r.get("engine_timing") or {}).get("generation_tokens")
             if not (procs and tokens):
                 continue
-            core = sum(p["cpu_s"] for p in procs if p["name"].startswith(ENGINE_PROCESS))
+            core = sum(p["cpu_s"] for p in procs if p["name"].startswith(ENGINE_PROCESSES))
             front.append(1000 * (sum(p["cpu_s"] for p in procs) - core) / tokens)
             engine.append(1000 * core / tokens)
         if not front:

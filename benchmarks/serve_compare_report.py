@@ -120,7 +120,7 @@ def ratio_table(rs: RunSet, stats: Stats) -> list[str]:
 # (key of RunSet.ttft_stages, column label, format)
 TTFT_STAGES = (("client", "client TTFT", "{:.1f}"), ("engine", "vLLM's TTFT", "{:.1f}"),
                ("front", "client minus vLLM's", "{:+.1f}"),
-               ("admission", "arrival stamp to scheduler", "{:.1f}"),
+               ("outside_core", "outside the engine core", "{:.1f}"),
                ("queue", "scheduler queue", "{:.1f}"), ("prefill", "prefill", "{:.1f}"),
                ("steps", "engine steps in the window", "{:.0f}"))
 
@@ -134,19 +134,22 @@ def ttft_stage_table(rs: RunSet) -> list[str]:
         return []
     return ["Where the time to a first token goes (means, ms; each term per run, then the "
             "median over the repetitions): the client's TTFT; vLLM's own "
-            "(`vllm:time_to_first_token_seconds`, from the arrival time vLLM stamps on the "
-            "request: vLLM's own server stamps it where its renderer starts on the prompt, "
-            "before tokenization (`vllm/renderers/base.py`, `render_cmpl_async`, in 0.26 "
-            "and 0.32 alike), while specgw hands the engine client token ids it tokenized "
-            "itself, so vllm serve's tokenization counts after the stamp and specgw's "
-            "before it); the client's minus vLLM's (before the stamp, and the way back); "
-            "from the stamp to the engine core's scheduler queue (vLLM's TTFT minus queue "
-            "and prefill: input processing, the hop to the engine core, and for vllm serve "
-            "its tokenization); the scheduler queue and prefill "
-            "(`vllm:request_queue_time_seconds`, `vllm:request_prefill_time_seconds`); and "
-            "the engine steps the run's window took (`vllm:iteration_tokens_total`'s "
-            "count; every run of a cell generates the same tokens). vLLM's figures also "
-            "count the run's warm-up requests.", "",
+            "(`vllm:time_to_first_token_seconds`: from the arrival time vLLM stamps on the "
+            "request to when the front end's output loop takes the first token in, "
+            "`IterationStats` in `vllm/v1/metrics/stats.py`. vLLM's own server stamps the "
+            "arrival where its renderer starts on the prompt, before tokenization "
+            "(`vllm/renderers/base.py`, `render_cmpl_async`, in 0.26 and 0.32 alike), while "
+            "specgw hands the engine client token ids it tokenized itself, so vllm serve's "
+            "tokenization counts after the stamp and specgw's before it); the client's minus "
+            "vLLM's (before the stamp, and from the output loop to the client); outside the "
+            "engine core (vLLM's TTFT minus queue and prefill: from the stamp to the engine "
+            "core's scheduler queue, i.e. input processing, the hop to the engine core and "
+            "for vllm serve its tokenization, plus the first token's way back from the "
+            "engine core to the front end's output loop); the scheduler queue and prefill "
+            "(`vllm:request_queue_time_seconds`, `vllm:request_prefill_time_seconds`, both "
+            "on the engine core's clock); and the engine steps the run's window took "
+            "(`vllm:iteration_tokens_total`'s count; every run of a cell generates the same "
+            "tokens). vLLM's figures also count the run's warm-up requests.", "",
             *md_table(["concurrency", "server", "reps",
                        *(label for _, label, _ in TTFT_STAGES)], rows)]
 

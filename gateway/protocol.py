@@ -22,8 +22,9 @@ from pydantic import (
 
 
 def null_is(default: Any) -> BeforeValidator:
-    """The OpenAI reference types these fields nullable, and vLLM's server reads null as
-    the default; the SDK sends null for a parameter passed as None."""
+    """The OpenAI reference types these fields nullable (the SDK sends null for a
+    parameter passed as None); null reads as the default, as in vLLM's server where it
+    accepts null at all (its completions model refuses ``n: null``)."""
     return BeforeValidator(lambda v: default if v is None else v)
 
 

@@ -51,9 +51,18 @@ def test_fields_the_sdk_types_nullable_accept_null(case: str):
         except pydantic.ValidationError as exc:
             rejected[f] = exc.errors()[0]["msg"]
     assert rejected == {}
-    # Those that once rejected null read it as their default (elsewhere null has its own
-    # meaning: a completion's max_tokens=null is "up to the context", as in vLLM).
+    # Those that once rejected null read it as their default (elsewhere null can have a
+    # meaning of its own: a chat request's max_tokens=null is "up to the context").
     once = ["n", "stream", "logprobs" if case == "chat" else "echo"]
     assert set(once) <= set(fields)
     req = model(**base, **dict.fromkeys(once))
     assert all(getattr(req, f) == model.model_fields[f].default for f in once)
+
+
+def test_a_completions_null_max_tokens_is_its_default_16_and_a_chats_is_open():
+    """OpenAI's completions reference: max_tokens "defaults to 16", null included (vLLM
+    0.32's normalize_null_max_tokens reads it so); a chat request has no such default."""
+    assert CompletionRequest(model="m", prompt="hi", max_tokens=None).max_tokens == 16
+    chat = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}],
+                                 max_tokens=None)
+    assert chat.max_tokens is None and chat.output_limit is None

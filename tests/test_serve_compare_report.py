@@ -201,14 +201,14 @@ def test_ttft_stages_split_the_clients_ttft_on_vllms_clocks(tmp_path: Path):
     st = rs.ttft_stages("vllm", 64)
     runs = rs.runs("vllm", 64)
     assert st["reps"] == len(runs) == 5 and st["front"] == pytest.approx(1.5)
-    assert st["admission"] == pytest.approx(statistics.median(
+    assert st["outside_core"] == pytest.approx(statistics.median(
         r["bench"]["mean_ttft_ms"] - 1.5 - 2.0 - (4.0 + r["rep"]) for r in runs))
     assert st["steps"] == statistics.median(r["engine_timing"]["iterations"] for r in runs)
     assert rs.ttft_stages("vllm-2", 64)["reps"] == 4
     table = ttft_stage_table(rs)
     client = statistics.median(rs.values("vllm", 64, "mean_ttft_ms"))
     server = statistics.median(rs.record_values("vllm", 64, "engine_timing", "ttft_mean_ms"))
-    assert (f"| 64 | vllm | 5 | {client:.1f} | {server:.1f} | +1.5 | {st['admission']:.1f} "
+    assert (f"| 64 | vllm | 5 | {client:.1f} | {server:.1f} | +1.5 | {st['outside_core']:.1f} "
             f"| 2.0 | 6.0 | {st['steps']:.0f} |") in table
 
 
