@@ -74,9 +74,9 @@ class RunSet:
         the client), ``outside_core`` (engine minus queue minus prefill: the two spans of
         vLLM's TTFT outside the engine core's own clocks, from the stamp to the scheduler
         queue and from the engine core's first token back to the output loop),
-        ``queue``, ``prefill``; ``steps``, the
-        engine iterations of the run's window; ``reps``. Each term is computed per run
-        before the median. None where the runs predate vLLM's stage timing."""
+        ``queue``, ``prefill``; ``steps``, the engine iterations of the run's window;
+        ``reps``. Each term is computed per run before the median. None where the runs
+        predate vLLM's stage timing."""
         rows = [(r["bench"]["mean_ttft_ms"], r["engine_timing"]) for r in self.runs(v, c)
                 if r["bench"].get("mean_ttft_ms") is not None
                 and all((r.get("engine_timing") or {}).get(k) is not None
