@@ -3,10 +3,10 @@
 # vLLM 0.26.0 (the newest release on torch 2.11, the device's torch) without what a dense
 # Llama on Hopper never loads (FA2, the MoE and Blackwell kernels, vllm-rs, the other
 # Pythons' extensions), plus the py3.12 dependencies the device lacks, unpacked into one
-# site tree, as one xz archive (~91 MB) split into three parts: .gpu/a/part.00,
-# .gpu/b/part.01, .gpu/c/part.02 (+ .gpu/c/site.sha256). Each part travels alone with the
-# working tree (~26 MB with the bundled model pair), and the two must stay under the
-# 64 MiB a call carries: the split checks that. Wheels added later travel as wheels in
+# site tree, as one xz archive (~91 MB) split into as many parts as it takes for each
+# to travel alone with the working tree (37 MB with the bundled pair and docs/) under the
+# 64 MiB a call carries: .gpu/s1, .gpu/s2, ... for the stash calls and .gpu/c (the last
+# part, + .gpu/c/site.sha256) for the install call. Wheels added later travel as wheels in
 # .gpu/c/extra, with the last part (`gpu_pack.sh extra` adds them to an existing pack
 # without rebuilding the archive; `gpu_pack.sh split` re-splits an existing
 # .gpu/site.tar.xz; `gpu_session.sh install` installs them).
@@ -17,8 +17,9 @@ PLAT=(--python-version 3.12 --implementation cp --only-binary=:all: --platform a
       --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64
       --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
 # vLLM's CLI and OpenAI server (`vllm serve`, for benchmarks/serve_compare.py) import these
-# SageMaker hooks; pure Python, ~150 KB.
-EXTRA=(model-hosting-container-standards==0.1.16 jmespath supervisor)
+# SageMaker hooks; pure Python, ~150 KB. py-spy (3 MB, one static binary): serve_compare
+# --py-spy samples the servers' processes.
+EXTRA=(model-hosting-container-standards==0.1.16 jmespath supervisor py-spy==0.4.3)
 if [ "${1:-}" != split ]; then  # split: no downloads, the archive and $G/extra exist
 rm -rf $G/extra && mkdir -p $G/extra
 for d in "${EXTRA[@]}"; do pip download -q --no-deps "${PLAT[@]}" -d $G/extra "$d"; done
@@ -45,15 +46,18 @@ rm -rf $G/bundle/vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so $G/bundle/vllm/vllm-rs
 find $G/bundle/vllm -name '*cpython-31[0134]*' -delete
 tar c -C $G/bundle . | xz -9 -T0 > $G/site.tar.xz
 fi
-rm -rf $G/a $G/b $G/c && mkdir -p $G/a $G/b $G/c
-third=$(( ($(stat -c %s $G/site.tar.xz) + 2) / 3 ))
-# The working tree travels with every part (untracked files too, unless ignored).
+# The working tree travels with every part (untracked files too, unless ignored), so a
+# part may take what the 64 MiB a call carries leaves, less 1 MiB of slack.
 tree=$(git ls-files -co --exclude-standard -z | du -cb --files0-from=- | tail -1 | cut -f1)
-if (( tree + third + (1 << 20) > 64 << 20 )); then
-  echo "a part ($third B) + the working tree ($tree B) exceed the 64 MiB a call carries" >&2
-  exit 3
-fi
-split -b "$third" -d $G/site.tar.xz $G/part.
-mv $G/part.00 $G/a/ && mv $G/part.01 $G/b/ && mv $G/part.02 $G/c/ && cp -r $G/extra $G/c/extra
+size=$(stat -c %s $G/site.tar.xz)
+room=$(( (64 << 20) - (1 << 20) - tree - 4 * (1 << 20) ))  # the last part carries extra/
+(( room > 0 )) || { echo "the working tree ($tree B) leaves no room in a call" >&2; exit 3; }
+n=$(( (size + room - 1) / room )); (( n >= 2 )) || n=2
+rm -rf $G/s[0-9] $G/a $G/b $G/c $G/part.* && mkdir -p $G/c
+split -n "$n" -d -a 2 $G/site.tar.xz $G/part.
+parts=($G/part.*)
+for i in $(seq 1 $((n - 1))); do mkdir -p $G/s$i && mv "${parts[i-1]}" $G/s$i/; done
+mv "${parts[n-1]}" $G/c/ && cp -r $G/extra $G/c/extra
 sha256sum < $G/site.tar.xz | cut -d' ' -f1 > $G/c/site.sha256
-du -b $G/a/* $G/b/* $G/c/* $G/c/extra/*; echo "working tree: $tree B"
+du -b $G/*/part.* $G/c/extra/*
+echo "working tree: $tree B; $n parts: stash with $(ls -d $G/s[0-9]* | xargs), one call each, then install with $G/c"

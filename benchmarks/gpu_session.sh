@@ -2,16 +2,16 @@
 # The one device script of every GPU benchmark (H200: torch 2.11, no vLLM, no network).
 # What the machine lacks is carried as one xz archive made here by benchmarks/gpu_pack.sh
 # (vLLM 0.26.0 trimmed to a dense Llama on Hopper + its missing py3.12 dependencies, one
-# site tree), split in three parts, .gpu/a, .gpu/b and .gpu/c: one part + the working tree
-# (with the bundled pair) stay under the 64 MiB a call carries, two would not.
+# site tree), split in parts, .gpu/s1, .gpu/s2, ... and .gpu/c: one part + the working
+# tree (with the bundled pair) stay under the 64 MiB a call carries, two would not.
 # One call per step, one after another on one warm machine (it keeps files between calls;
 # if it went cold, start again at `stash`):
 #
-#   gpu_session.sh stash          (carry .gpu/a), then again (carry .gpu/b): the carried
+#   gpu_session.sh stash          (carry .gpu/s1), again with .gpu/s2, ...: the carried
 #                                 part -> /root/stash. With PAIR_PRESET=h200-150m the first
 #                                 call also starts building that model pair
 #                                 (models/build_pair.py, torch only) in the background
-#   gpu_session.sh install        (carry .gpu/c) the last part: check the three against the
+#   gpu_session.sh install        (carry .gpu/c) the last part: check the parts against the
 #                                 archive's sha256 (a missing stash call is named, not
 #                                 unpacked), unpack into /tmp/site, install
 #                                 the wheels in .gpu/c/extra (gpu_pack.sh extra); install
@@ -37,7 +37,7 @@ STASH=/root/stash SITE=/tmp/site
 PAIR=${PAIR:-/root/pair-150m}
 case "${1:-}" in
 stash)
-  compgen -G ".gpu/*/part.*" >/dev/null || { echo "stash: carry .gpu/a or .gpu/b"; exit 2; }
+  compgen -G ".gpu/*/part.*" >/dev/null || { echo "stash: carry one of .gpu/s*"; exit 2; }
   mkdir -p "$STASH" && cp .gpu/*/part.* "$STASH"/ && ls -la "$STASH"
   if [ -n "${PAIR_PRESET:-}" ] && [ ! -f "$PAIR/build_info.json" ] \
       && ! pgrep -f build_pair.py >/dev/null; then
@@ -55,7 +55,7 @@ install)
   if [ ! -f "$SITE/.unpacked" ]; then
     mkdir -p "$STASH" && cp .gpu/c/part.* "$STASH"/
     if [ "$(cat "$STASH"/part.* | sha256sum | cut -d' ' -f1)" != "$(cat .gpu/c/site.sha256)" ]; then
-      echo "install: the stash is not the whole archive (has: $(ls "$STASH" | xargs)); stash a and b first"
+      echo "install: the stash is not the whole archive (has: $(ls "$STASH" | xargs)); stash every .gpu/s* first"
       exit 3
     fi
     cat "$STASH"/part.* | xz -d -T16 | tar x -C "$SITE" && touch "$SITE/.unpacked"

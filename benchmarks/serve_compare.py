@@ -381,6 +381,21 @@ def host_topology() -> dict:
     return out
 
 
+def profiled(a: argparse.Namespace, srv: Server, stem: str
+             ) -> contextlib.AbstractContextManager:
+    """With ``--py-spy RATE``, every process of the server sampled over the run
+    (``OUT/profiles/<stem>.<process name>-<pid>.raw.gz``, ``benchmarks/py_spy.py``)."""
+    if not a.py_spy:
+        return contextlib.nullcontext()
+    from benchmarks import py_spy
+
+    procs = {}
+    for p in server_processes(srv):
+        with contextlib.suppress(Exception):
+            procs[f"{p.name().replace('/', '_').replace(' ', '_')}-{p.pid}"] = p.pid
+    return py_spy.recording(procs, a.out / "profiles", stem, a.py_spy)
+
+
 def run_matrix(a: argparse.Namespace, servers: dict[str, Server]) -> None:
     runs = a.out / "runs"
     runs.mkdir(parents=True, exist_ok=True)
@@ -405,7 +420,8 @@ def run_matrix(a: argparse.Namespace, servers: dict[str, Server]) -> None:
                 before = scrape(srv.url)
                 cpu_before = cpu_seconds(srv)  # after the scrape: its cost is not the run's
                 t = time.time()
-                res = bench(a, srv.url, c, f"{v}-c{c}-r{rep}")
+                with profiled(a, srv, f"{v}_c{c}_r{rep}"):
+                    res = bench(a, srv.url, c, f"{v}-c{c}-r{rep}")
                 where = placement(srv, cpu_before)
                 after = scrape(srv.url)
                 acc = acceptance(before, after, a.k)
@@ -454,6 +470,9 @@ def main() -> int:
     ap.add_argument("--pin", type=int, default=0, metavar="N",
                     help="give each server N CPUs of its own and the load client the rest "
                          "(0: no pinning, the scheduler places every process)")
+    ap.add_argument("--py-spy", type=int, default=0, metavar="RATE",
+                    help="sample every server process with py-spy at RATE Hz during each "
+                         "run (0: off; benchmarks/py_spy.py)")
     ap.add_argument("--only", action="append", default=[], metavar="VARIANT=C1,C2",
                     help="run VARIANT at these concurrencies only (repeatable)")
     a = ap.parse_args()
