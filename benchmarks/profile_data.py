@@ -10,7 +10,8 @@ side function by function: where one spends more per step is where it is slower.
 * self: the samples with the function as the innermost Python frame (py-spy runs without
   ``--native``, so time in C code is its Python caller's);
 * ``engine_ext``: self time in specgw's own engine extension (the probes' wrappers and
-  ledger), the direct cost of the probes.
+  ledger, with the standard library they call: ``is_ours``), the direct cost of the
+  probes.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from benchmarks.serve_compare_data import ENGINE_PROCESSES, RunSet
 _NAME = re.compile(r"^(?P<stem>.+_c\d+_r\d+)\.(?P<proc>.+)-(?P<pid>\d+)\.raw\.gz$")
 _FRAME = re.compile(r"^(?P<func>.*) \((?P<file>.*?)(?::\d+)?\)$")
 OURS = "(engine_ext/"  # a label's path starts at the package
+_STDLIB = "(python3."  # .../lib/python3.12/contextlib.py -> "python3.12/contextlib.py"
 
 
 def frame_label(frame: str) -> str:
@@ -64,6 +66,17 @@ class StepProfile:
         return self.ms_per_step(self.samples)
 
 
+def is_ours(frames: list[str]) -> bool:
+    """The innermost frame that is not the standard library's is specgw's engine
+    extension: its own lines, and the ``contextlib`` / ``functools`` machinery its
+    wrappers run on (and, where a wrapper enters the function it wraps through that
+    machinery, the wrapped one's entry too: an upper bound of the probes' own time)."""
+    for fr in reversed(frames):
+        if _STDLIB not in fr:
+            return OURS in fr
+    return False
+
+
 def kind_of(proc: str) -> str:
     return "engine" if proc.startswith(ENGINE_PROCESSES) else "front"
 
@@ -85,7 +98,7 @@ def load_run(src: Path, stem: str, steps: float, rate: int) -> dict[str, StepPro
                 prof.inclusive[fr] = prof.inclusive.get(fr, 0) + n
             if frames:
                 prof.self_[frames[-1]] = prof.self_.get(frames[-1], 0) + n
-                if OURS in frames[-1]:
+                if is_ours(frames):
                     prof.ours += n
     return out
 

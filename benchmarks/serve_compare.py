@@ -48,7 +48,10 @@ counters say about the same seconds (vLLM's acceptance counters, its engine-side
 inter-token latency, our drafter probes; the warm-up requests fall inside that window,
 the client's figures leave them out) and where the server's processes ran
 (``placement``; the host's CPU and GPU topology is in ``servers.json``); a run whose file
-exists is skipped, so an interrupted matrix resumes.
+exists is skipped, so an interrupted matrix resumes. With ``--py-spy RATE`` every process
+of the server under test is sampled over its run (``OUT/profiles/``, ``benchmarks/py_spy.py``;
+``profile_data.py`` reads them per engine step): where two servers' engine cores take the
+same steps at different speeds, the functions that cost the difference.
 ``serve_compare_report.py`` turns ``OUT`` into ``docs/serve_compare.md``.
 
 Device (after ``gpu_session.sh stash`` and ``install``; output under $OUT). ``run5_instance``
