@@ -52,6 +52,7 @@ class StepProfile:
 
     samples: int
     steps: float
+    step_ms: float | None  # mean step time on the engine core's clock (engine ITL)
     rate: int
     inclusive: dict[str, int]
     self_: dict[str, int]
@@ -64,6 +65,12 @@ class StepProfile:
     @property
     def total_ms(self) -> float:
         return self.ms_per_step(self.samples)
+
+    @property
+    def ours_share(self) -> float | None:
+        """The probes' own time per step in % of the step (an upper bound of what they
+        can cost: work added to a step lengthens it by no more than itself)."""
+        return 100 * self.ms_per_step(self.ours) / self.step_ms if self.step_ms else None
 
 
 def is_ours(frames: list[str]) -> bool:
@@ -81,14 +88,16 @@ def kind_of(proc: str) -> str:
     return "engine" if proc.startswith(ENGINE_PROCESSES) else "front"
 
 
-def load_run(src: Path, stem: str, steps: float, rate: int) -> dict[str, StepProfile]:
+def load_run(src: Path, stem: str, steps: float, step_ms: float | None, rate: int
+             ) -> dict[str, StepProfile]:
     """The run's profiles merged per process kind."""
     out: dict[str, StepProfile] = {}
     for f in sorted((src / "profiles").glob(f"{stem}.*.raw.gz")):
         m = _NAME.match(f.name)
         if not m or m["stem"] != stem:
             continue
-        prof = out.setdefault(kind_of(m["proc"]), StepProfile(0, steps, rate, {}, {}, {}, 0))
+        prof = out.setdefault(kind_of(m["proc"]),
+                              StepProfile(0, steps, step_ms, rate, {}, {}, {}, 0))
         for stack, n in read(f).items():
             thread, frames = stack[0], [frame_label(fr) for fr in stack[1:]]
             prof.samples += n
@@ -120,10 +129,11 @@ class Profiles:
         cells: dict = {}
         for (v, c), recs in runs.cells.items():
             for r in recs:
-                steps = (r.get("engine_timing") or {}).get("iterations")
-                if not steps:
+                timing = r.get("engine_timing") or {}
+                if not timing.get("iterations"):
                     continue
-                prof = load_run(runs.src, f"{v}_c{c}_r{r['rep']}", steps, rate)
+                prof = load_run(runs.src, f"{v}_c{c}_r{r['rep']}", timing["iterations"],
+                                timing.get("itl_mean_ms"), rate)
                 if prof:
                     cells.setdefault((v, c), []).append((r["rep"], prof))
         return cls(runs, rate, cells) if cells else None

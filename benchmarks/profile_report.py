@@ -28,12 +28,12 @@ def overview_rows(pr: Profiles, variants: list[str], c: int) -> list[list[object
         front = per_step(pr, v, c, "front", lambda sp: sp.samples)
         ours = per_step(pr, v, c, "engine", lambda sp: sp.ours)
         steps = Spread.of([p["engine"].steps for _, p in runs if "engine" in p])
+        share = [s for _, p in runs if "engine" in p and (s := p["engine"].ours_share) is not None]
         rows.append([c, v, len(runs), f"{steps.median:.0f}",
                      eng.text("{:.3f}") if eng else None,
                      front.text("{:.3f}") if front else None,
                      ours.text("{:.4f}") if ours else None,
-                     (f"{100 * ours.median / eng.median:.2f}%" if ours and eng and eng.median
-                      else None)])
+                     Spread.of(share).text("{:.2f}") if share else None])
     return rows
 
 
@@ -70,13 +70,15 @@ def profile_lines(pr: Profiles, variants: list[str], pairs: list[tuple[str, str]
              "the repetitions. Engine core: vLLM's `VLLM::EngineCore` / `VLLM::Worker` "
              "processes (the model runs there, and specgw's probes); front end: every other "
              "process of the server. `engine_ext` self: samples whose innermost Python frame "
-             "is specgw's engine extension (the probes' own work).", ""]
+             "is specgw's engine extension (the probes' own work, an upper bound: \
+`profile_data.is_ours`), also in % of the step's length on the engine core's clock \
+(vLLM's inter-token latency), per run.", ""]
     for c in concurrency:
         rows = overview_rows(pr, variants, c)
         if rows:
             lines += [*md_table(["concurrency", "server", "runs", "engine steps",
                                  "engine core ms/step", "front end ms/step",
-                                 "`engine_ext` self ms/step", "`engine_ext` / engine core"],
+                                 "`engine_ext` self ms/step", "`engine_ext` % of the step"],
                                 rows), ""]
     for a, b in pairs:
         for c in concurrency:
