@@ -322,6 +322,50 @@ def engine_timing(before: Samples, after: Samples) -> dict:
             "decode_mean_ms": mean_ms("vllm:request_decode_time_seconds")}
 
 
+def histogram_quantile(before: Samples, after: Samples, name: str, q: float) -> float | None:
+    """The ``q`` quantile of a histogram's observations between two scrapes, interpolated
+    inside its bucket as Prometheus' ``histogram_quantile`` does (label sets summed)."""
+    per_le: dict[float, float] = {}
+    for (n, ls), v in after.items():
+        if n == f"{name}_bucket":
+            le = float(dict(ls)["le"])
+            per_le[le] = per_le.get(le, 0.0) + v - before.get((n, ls), 0.0)
+    cum = sorted(per_le.items())
+    if not cum or cum[-1][1] <= 0:
+        return None
+    rank, lo, below = q * cum[-1][1], 0.0, 0.0
+    for le, n in cum:
+        if n >= rank:
+            if le == float("inf"):
+                return lo
+            return lo + (le - lo) * (rank - below) / (n - below) if n > below else le
+        lo, below = le, n
+    return lo
+
+
+def router_timing(before: Samples, after: Samples) -> dict | None:
+    """A router's own clocks over a run (``specgw serve --backend``): each streamed
+    request's time to first byte on the backend (from the router's send) and what the
+    router added to it (its TTFT from the request's arrival, less the backend's): the
+    router's share of the client's TTFT, without the backend's run-to-run noise in it."""
+    added = "specgw_gateway_added_latency_seconds"
+    ttfb = "specgw_backend_time_to_first_byte_seconds"
+    n = metric_sum(after, f"{added}_count") - metric_sum(before, f"{added}_count")
+    if n <= 0:
+        return None
+
+    def mean_ms(name: str) -> float:
+        return round(1000 * (metric_sum(after, f"{name}_sum")
+                             - metric_sum(before, f"{name}_sum")) / n, 4)
+
+    def p50_ms(name: str) -> float | None:
+        v = histogram_quantile(before, after, name, 0.5)
+        return None if v is None else round(1000 * v, 4)
+
+    return {"requests": n, "added_mean_ms": mean_ms(added), "added_p50_ms": p50_ms(added),
+            "backend_ttfb_mean_ms": mean_ms(ttfb), "backend_ttfb_p50_ms": p50_ms(ttfb)}
+
+
 def server_processes(srv: Server) -> list:
     """The server's process and its children (API server, engine core, workers)."""
     import psutil
@@ -432,6 +476,7 @@ def run_matrix(a: argparse.Namespace, servers: dict[str, Server]) -> None:
                        "started": t, "wall_s": round(time.time() - t, 2), "bench": res,
                        "server_acceptance": acc, "drafter_graphs": drafter_graphs(before, after),
                        "engine_timing": engine_timing(before, after),
+                       "router_timing": router_timing(before, after),
                        "placement": where}
                 f.write_text(json.dumps(rec, indent=1))
                 print(f"[{done}/{total}] {v} c={c} rep={rep}: "

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from contextvars import ContextVar
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -38,6 +38,12 @@ class AccessRecord:
     duration_ms: float = 0.0
     drafted_tokens: int | None = None
     accepted_tokens: int | None = None
+    # When the request reached the app (perf_counter): the start of its TTFT. Not logged.
+    arrived: float = field(default_factory=time.perf_counter)
+
+    def fields(self) -> dict:
+        """The logged fields."""
+        return {k: v for k, v in asdict(self).items() if k != "arrived"}
 
 
 _RECORD: ContextVar[AccessRecord | None] = ContextVar("access_record", default=None)
@@ -58,7 +64,7 @@ class AccessLogMiddleware:
             return
         rec = AccessRecord(method=scope["method"], path=scope["path"])
         token = _RECORD.set(rec)
-        t0 = time.perf_counter()
+        t0 = rec.arrived
         started = False
 
         async def send_status(message: Message) -> None:
@@ -84,7 +90,7 @@ class AccessLogMiddleware:
                 log.info("%s %s %d %.1fms model=%s tokens=%s/%s drafted=%s accepted=%s",
                          rec.method, rec.path, rec.status, rec.duration_ms, rec.model,
                          rec.prompt_tokens, rec.completion_tokens, rec.drafted_tokens,
-                         rec.accepted_tokens, extra=asdict(rec))
+                         rec.accepted_tokens, extra=rec.fields())
 
 
 def note_usage(u: dict) -> None:

@@ -30,7 +30,9 @@ def count_rejected(endpoint: str, status: str) -> None:
 
 class RequestContext:
     def __init__(self, http: Request, endpoint: str, body: Any, limiter: ConcurrencyLimiter):
-        self.t0 = time.perf_counter()
+        self.access = access_log.record()  # this request's access-log line
+        # From the request's arrival at the app, so TTFT includes reading and validating it.
+        self.t0 = self.access.arrived
         self.http, self.endpoint, self.body = http, endpoint, body
         self.model: str = body.model
         self.stream: bool = body.stream
@@ -41,7 +43,6 @@ class RequestContext:
         self._admitted = False
         self._started = False
         self.status: str | None = None  # set once, by finish()
-        self.access = access_log.record()  # this request's access-log line
         self.access.model, self.access.endpoint = self.model, endpoint
 
     @property

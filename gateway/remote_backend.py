@@ -222,9 +222,13 @@ class RemoteBackend:
         once per relayed chunk, so the backend's and the client's bookkeeping share it
         rather than stacking a generator each."""
         code, tail = 499, b""  # until the backend's stream ended: a client gone mid-way
+        first = True
         try:
             async with self._reading(resp, hold):
                 async for chunk in resp.body:
+                    if first:
+                        first = False
+                        self._first_byte(ctx, hold)
                     tail = (tail + chunk)[-64:]
                     yield chunk
             code = 200
@@ -237,6 +241,16 @@ class RemoteBackend:
             yield _interrupted(f"backend stream interrupted: {type(exc).__name__}")
         finally:
             ctx.finish(code)
+
+    def _first_byte(self, ctx: RequestContext, hold: _Hold) -> None:
+        """The stream's first byte: the gateway's TTFT (from the request's arrival), the
+        backend's (from our send), and the difference, what the gateway added."""
+        now = time.perf_counter()
+        ttft, ttfb = now - ctx.t0, now - hold.t0
+        m.TTFT.labels(ctx.model, ctx.endpoint).observe(ttft)
+        m.BACKEND_TTFB.labels(self.name).observe(ttfb)
+        m.GATEWAY_ADDED.labels(self.name).observe(max(0.0, ttft - ttfb))
+        ctx.access.ttft_ms = round(1000 * ttft, 3)
 
     def _done(self, t0: float, status: str) -> None:
         self.outstanding -= 1

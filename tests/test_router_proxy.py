@@ -33,13 +33,20 @@ def _chunk(i: int) -> bytes:
     return f"data: {json.dumps(obj)}\n\n".encode()
 
 
+SLOW_FIRST_S = 0.3  # mode "slow": the backend's own time to its first byte
+
+
 async def _stream(mode: str):
+    if mode == "slow":
+        await asyncio.sleep(SLOW_FIRST_S)
     yield _chunk(0)
     yield _chunk(1)
     if mode == "drop":  # the server dies mid-stream: the connection breaks
         raise ConnectionAbortedError("upstream died")
     if mode == "hold":
         await asyncio.to_thread(RELEASE.wait, 60)
+        yield b"data: [DONE]\n\n"
+    if mode == "slow":
         yield b"data: [DONE]\n\n"
     # mode "end": a clean close, but without [DONE]
 
@@ -168,6 +175,33 @@ def test_stream_cut_before_done_ends_with_error_event(request, client, mode):
     assert err["type"] == "backend_error" and err["code"] == "backend_stream_interrupted"
     assert set(err) == {"message", "type", "param", "code"}
     assert requests_total(router.url, "502") == before + 1
+
+
+def test_first_byte_split_between_backend_and_gateway(router):
+    """A backend that takes 0.3 s to its first byte: the gateway's TTFT holds those 0.3 s,
+    the backend's time to first byte too, and what the gateway added does not."""
+    names = ("specgw_backend_time_to_first_byte_seconds", "specgw_gateway_added_latency_seconds")
+
+    def read() -> dict[str, float]:
+        s = scrape(router.url)
+        out = {f"{n}_{x}": metric_sum(s, f"{n}_{x}", backend="up")
+               for n in names for x in ("sum", "count")}
+        for x in ("sum", "count"):
+            out[f"ttft_{x}"] = metric_sum(s, f"specgw_time_to_first_token_seconds_{x}",
+                                          model=UP_MODEL, endpoint="completions")
+        return out
+
+    before = read()
+    with httpx.stream("POST", f"{router.url}/v1/completions", json=completion("slow", True),
+                      timeout=30) as r:
+        assert r.status_code == 200 and sse_events(r)[-1] == "[DONE]"
+    d = {k: v - before[k] for k, v in read().items()}
+    assert d["ttft_count"] == 1 and d["ttft_sum"] >= SLOW_FIRST_S
+    ttfb, added = (f"{n}_sum" for n in names)
+    assert all(d[f"{n}_count"] == 1 for n in names)
+    assert d[ttfb] >= SLOW_FIRST_S
+    assert d[added] < SLOW_FIRST_S / 2
+    assert d["ttft_sum"] == pytest.approx(d[ttfb] + d[added], abs=1e-3)
 
 
 def test_non_stream_broken_mid_body_is_502_counted_once(router):

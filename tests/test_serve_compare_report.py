@@ -293,3 +293,35 @@ def test_cpu_per_token_splits_front_end_and_engine_core(tmp_path: Path):
         statistics.median(engine))
     table = cpu_table(rs)
     assert any(ln.startswith(f"| 16 | vllm | 4 | {st['front']:.3f} |") for ln in table)
+
+
+def test_router_timing_reads_a_histogram_as_prometheus_would():
+    """``histogram_quantile`` over prometheus-client's own exposition: the median
+    interpolated inside its bucket, only the observations between the two scrapes."""
+    from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+    from benchmarks.harness import parse_metrics
+    from benchmarks.serve_compare import histogram_quantile, router_timing
+
+    reg = CollectorRegistry()
+    added = Histogram("specgw_gateway_added_latency_seconds", "", ["backend"],
+                      buckets=(0.001, 0.01, 0.1), registry=reg)
+    ttfb = Histogram("specgw_backend_time_to_first_byte_seconds", "", ["backend"],
+                     buckets=(0.01, 0.1, 1), registry=reg)
+    for _ in range(7):  # before the run: not in it
+        added.labels("engine").observe(0.05)
+        ttfb.labels("engine").observe(0.5)
+    before = parse_metrics(generate_latest(reg).decode())
+    for v in [0.0005] * 10 + [0.005] * 10 + [0.05] * 5:
+        added.labels("engine").observe(v)
+        ttfb.labels("engine").observe(0.05)
+    after = parse_metrics(generate_latest(reg).decode())
+    # 25 observations, rank 12.5: 2.5 of the 10 in (0.001, 0.01].
+    p50 = histogram_quantile(before, after, "specgw_gateway_added_latency_seconds", 0.5)
+    assert p50 == pytest.approx(0.001 + 0.009 * 2.5 / 10)
+    t = router_timing(before, after)
+    assert t["requests"] == 25
+    assert t["added_mean_ms"] == pytest.approx(1000 * (10 * 0.0005 + 10 * 0.005 + 5 * 0.05) / 25)
+    assert t["backend_ttfb_mean_ms"] == pytest.approx(50.0)
+    assert t["backend_ttfb_p50_ms"] == pytest.approx(1000 * (0.01 + 0.09 * 12.5 / 25))
+    assert router_timing(after, after) is None
