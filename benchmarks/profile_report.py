@@ -27,7 +27,7 @@ def overview_rows(pr: Profiles, variants: list[str], c: int) -> list[list[object
         eng = per_step(pr, v, c, "engine", lambda sp: sp.samples)
         front = per_step(pr, v, c, "front", lambda sp: sp.samples)
         ours = per_step(pr, v, c, "engine", lambda sp: sp.ours)
-        steps = Spread.of([p["engine"].steps for _, p in runs if "engine" in p])
+        steps = Spread.of([next(iter(p.values())).steps for _, p in runs])
         share = [s for _, p in runs if "engine" in p and (s := p["engine"].ours_share) is not None]
         rows.append([c, v, len(runs), f"{steps.median:.0f}",
                      eng.text("{:.3f}") if eng else None,

@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+from benchmarks.profile_data import Profiles
+from benchmarks.profile_report import profile_lines
 from benchmarks.report import Spread, Target, md_table, num, verdict, write
 from benchmarks.serve_compare_data import RunSet, engine_evidence, router_events
 
@@ -406,6 +408,24 @@ def swing_findings(sets: list[RunSet], cs: Sequence[int]) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- router
+def router_clock_lines(rs: RunSet) -> list[str]:
+    """What the router's own histograms say per run (``router_timing``): its share of each
+    stream's time to first byte, apart from the backend's, which the client's TTFT
+    difference between two runs cannot separate from the backend's run-to-run noise."""
+    out = []
+    for c in rs.conc():
+        added = rs.record_values("router", c, "router_timing", "added_p50_ms")
+        mean = rs.record_values("router", c, "router_timing", "added_mean_ms")
+        ttfb = rs.record_values("router", c, "router_timing", "backend_ttfb_p50_ms")
+        if added and mean and ttfb:
+            out.append(f"* c={c}, the router's own clock ({len(added)} runs, median (min-max) "
+                       f"of each run's value): added before the first byte p50 "
+                       f"{Spread.of(added).text('{:.3f}')} ms, mean "
+                       f"{Spread.of(mean).text('{:.3f}')} ms; the backend's time to first "
+                       f"byte p50 {Spread.of(ttfb).text('{:.1f}')} ms.")
+    return out
+
+
 def router_section(rs: RunSet, stats: Stats) -> list[str]:
     ev = router_events(rs.log_lines("router"))
     windows = [(r["started"], r["started"] + r["wall_s"], r) for (v, _), rr in rs.cells.items()
@@ -431,6 +451,7 @@ def router_section(rs: RunSet, stats: Stats) -> list[str]:
                          f"TTFT p50 difference {s['ttft_add'].text('{:+.1f}')} ms; "
                          f"inter-token latency p50 through the router {itl[0]:.2f} ms, "
                          f"directly {itl[1]:.2f} ms.")
+    lines += router_clock_lines(rs)
     lines.append("* Runs with failed requests: " + ("; ".join(
         f"c={r['concurrency']} rep {r['rep']}: {r['bench']['failed']} failed of "
         f"{r['bench']['failed'] + r['bench']['completed']}" for r in failed) or "none") + ".")
@@ -446,6 +467,19 @@ def router_section(rs: RunSet, stats: Stats) -> list[str]:
                      "/v1/completions by status: " + ", ".join(f"{s}: {n}"
                                                                 for s, n in counts.items()) + ".")
     return lines
+
+
+def profile_section(rs: RunSet) -> list[str]:
+    """Where each server's processes spend their CPU per engine step, from the py-spy
+    samples of a ``--py-spy`` run set (nothing for the others)."""
+    pr = Profiles.load(rs)
+    if pr is None:
+        return []
+    vs = rs.variants()
+    pairs = [(a, b) for a, b in (("specgw", "vllm"), ("specgw", "specgw-probes-off"),
+                                 ("specgw-probes-off", "vllm")) if a in vs and b in vs]
+    return ["### Where the servers' CPU goes, per engine step (py-spy)", "",
+            *profile_lines(pr, vs, pairs, rs.conc()), ""]
 
 
 # ------------------------------------------------------------------------------ plot
@@ -579,7 +613,8 @@ def document(sets: list[RunSet], out: Path, title: str) -> list[str]:
                   "median and min-max over the repetitions:", "",
                   *ratio_table(rs, stats[rs.label]), "",
                   *([*stages, ""] if (stages := ttft_stage_table(rs)) else []),
-                  *([*cpu, ""] if (cpu := cpu_table(rs)) else [])]
+                  *([*cpu, ""] if (cpu := cpu_table(rs)) else []),
+                  *profile_section(rs)]
     big = [c for c in (64, 128) if any(c in rs.conc() for rs in sets)]
     lines += ["## Run-to-run noise", "",
               "`vllm serve` with the same configuration in each run set (side by side, not "

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -23,25 +24,31 @@ from engine_ext.internals.table import InternalsTable
 
 log = logging.getLogger("engine_ext.collector")
 
-RpcFn = Callable[[str, float, tuple], Awaitable[list[Any]]]  # (method, timeout, args)
+RpcFn = Callable[[str, tuple], Awaitable[list[Any]]]  # (method, args)
 
 
 def all_engines_rpc(engine_client: Any, table: InternalsTable) -> RpcFn:
-    """``collective_rpc`` over every worker of every engine behind ``engine_client``."""
+    """``collective_rpc`` over every worker of every engine behind ``engine_client``.
+
+    Never with vLLM's own ``timeout``: when it expires, vLLM's multiprocess executor
+    gives up waiting but the worker still answers, and its late answer stays in the
+    executor's response queue, where the next call (the next engine step) reads it. On
+    the CPU engine under load one such timeout left the engine answering every later
+    request with no tokens. Callers bound their wait on their own side
+    (``ProbePoller.collective_rpc``); the engine then finishes the call in its own time."""
     core = getattr(engine_client, table.engine_client_core_attr, None)
     engines = list(getattr(core, table.core_engines_attr, None) or [])
     call_one = getattr(core, table.core_utility_method, None)
 
     if not engines or call_one is None:  # an in-process engine core: one engine
-        async def rpc_single(method: str, timeout: float, args: tuple = ()) -> list[Any]:
-            return tag_engine(0, 1, await engine_client.collective_rpc(
-                method, timeout=timeout, args=args))
+        async def rpc_single(method: str, args: tuple = ()) -> list[Any]:
+            return tag_engine(0, 1, await engine_client.collective_rpc(method, args=args))
 
         return rpc_single
 
-    async def rpc(method: str, timeout: float, args: tuple = ()) -> list[Any]:
+    async def rpc(method: str, args: tuple = ()) -> list[Any]:
         per_engine = await asyncio.gather(*(
-            call_one("collective_rpc", method, timeout, args, None, engine=e) for e in engines))
+            call_one("collective_rpc", method, None, args, None, engine=e) for e in engines))
         out: list[Any] = []
         for idx, results in enumerate(per_engine):
             out.extend(tag_engine(idx, len(results), results))
@@ -58,6 +65,10 @@ def tag_engine(engine_idx: int, world: int, results: list[Any]) -> list[Any]:
             r["engine"] = engine_idx
             r["rank"] = engine_idx * world + int(r.get("rank", 0))
     return results
+
+
+class ProbeReadError(RuntimeError):
+    """The workers did not answer a probe call in time, or not with one dict each."""
 
 
 class ProbeSwitchError(RuntimeError):
@@ -79,6 +90,9 @@ class ProbePoller:
         self.model_name = model_name
         self.device = device
         self.poll_interval_s = poll_interval_s
+        # How long a probe read may wait for the workers (a step in progress finishes
+        # first); past it the read is given up on this side and the last one stays.
+        self.rpc_timeout_s = float(os.environ.get("SPECGW_PROBE_RPC_TIMEOUT_S", "10"))
         self.self_check: dict[str, Any] | None = None
         self.snapshots: list[dict] = []  # the last refresh's, one per rank
         self.enabled = True  # the workers' probes are in (switch())
@@ -88,17 +102,31 @@ class ProbePoller:
         self._task: asyncio.Task | None = None
         VLLM_DERIVED.add_model(model_name)
 
-    async def collective_rpc(self, method: str, timeout: float = 10.0,
+    async def collective_rpc(self, method: str, timeout: float | None = None,
                              args: tuple = ()) -> list[Any]:
+        """Every rank's answer, waited for at most ``timeout`` seconds (default
+        ``rpc_timeout_s``) on this side only (see :func:`all_engines_rpc`)."""
+        wait = self.rpc_timeout_s if timeout is None else timeout
         # Serialised: each call occupies the engine's step loop on every rank.
         async with self._lock:
-            return await asyncio.wait_for(self._rpc(method, timeout, args), timeout)
+            try:
+                answers = await asyncio.wait_for(self._rpc(method, args), wait)
+            except TimeoutError as exc:
+                raise ProbeReadError(f"{method}: no answer from the workers within "
+                                     f"{wait:g} s") from exc
+        if not all(isinstance(a, dict) for a in answers):
+            raise ProbeReadError(f"{method}: ranks answered "
+                                 f"{[type(a).__name__ for a in answers]}, not a dict each")
+        return answers
 
     async def start(self) -> dict[str, Any]:
         from engine_ext.self_check import run_self_check
 
         self.self_check = await run_self_check(self)
-        await self.refresh()
+        try:
+            await self.refresh()
+        except ProbeReadError as exc:  # the poll loop reads them again shortly
+            log.warning("first probe read failed: %s", exc)
         self._task = asyncio.create_task(self._poll_loop(), name="specgw-probe-poller")
         return self.self_check
 

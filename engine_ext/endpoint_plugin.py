@@ -73,7 +73,12 @@ class SpecgwEndpoints:
             """Raw per-rank probe ledgers (what /metrics mirrors)."""
             if self.probes is None:
                 return _error(self.problem or "probes are not ready", 503)
-            return JSONResponse(await self.probes.refresh())
+            from engine_ext.collector import ProbeReadError
+
+            try:
+                return JSONResponse(await self.probes.refresh())
+            except ProbeReadError as exc:
+                return _error(str(exc), 503)
 
         @router.post("/v1/engine/probes")
         async def switch_probes(body: ProbeSwitchRequest) -> JSONResponse:

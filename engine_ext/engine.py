@@ -244,7 +244,7 @@ class SpecEngine:
         self.self_check = await self._probes.start()
         m.ENGINE_READY.labels(self.model_name).set(1)
 
-    async def collective_rpc(self, method: str, timeout: float = 10.0) -> list[Any]:
+    async def collective_rpc(self, method: str, timeout: float | None = None) -> list[Any]:
         assert self._probes is not None
         return await self._probes.collective_rpc(method, timeout)
 

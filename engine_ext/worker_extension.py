@@ -36,11 +36,11 @@ class ProbeWorkerExtension:
         return {"rank": _rank(self), "enabled": bool(enabled),
                 "wrappers": set_enabled(bool(enabled))}
 
-    def specgw_recorded_drafts(self) -> list:
+    def specgw_recorded_drafts(self) -> dict[str, Any]:
         """Draft token ids proposed so far (only with SPECGW_RECORD_DRAFTS=1)."""
         from engine_ext.probes.ledger import LEDGER
 
-        return list(LEDGER.recorded_drafts)
+        return {"rank": _rank(self), "drafts": list(LEDGER.recorded_drafts)}
 
     def specgw_graph_plan(self) -> dict[str, Any]:
         from engine_ext import sampler_fixes

@@ -69,7 +69,10 @@ class SpecEngine(Protocol):
 
     async def shutdown(self) -> None: ...
 
-    async def refresh_probes(self) -> list[dict]: ...
+    async def refresh_probes(self) -> list[dict]:
+        """Every rank's probe ledger, read now. Raises ``RuntimeError`` when the workers
+        did not answer in time (the last ledgers stay exported)."""
+        ...
 
     async def switch_probes(self, enabled: bool, poll_interval_s: float | None
                             ) -> dict[str, Any]:

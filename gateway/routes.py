@@ -90,7 +90,10 @@ async def probes(request: Request) -> Response:
     engine = require_engine(request)
     if not engine.ready:
         raise OpenAIError("engine is not ready", 503, "service_unavailable")
-    return JSONResponse(await engine.refresh_probes())
+    try:
+        return JSONResponse(await engine.refresh_probes())
+    except RuntimeError as exc:  # the workers did not answer in time
+        raise OpenAIError(str(exc), 503, "service_unavailable") from exc
 
 
 @api_routes.post("/v1/engine/probes")

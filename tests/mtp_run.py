@@ -34,7 +34,7 @@ async def main(args: argparse.Namespace) -> None:
                                                request_id=f"r{i}"):
             pass  # cumulative output kind (the default): the last output holds all tokens
         outs.append(list(final.outputs[0].token_ids))
-    drafts = (await eng.collective_rpc("specgw_recorded_drafts"))[0]
+    drafts = (await eng.collective_rpc("specgw_recorded_drafts"))[0]["drafts"]
     plan = eng.self_check["ranks"][0]
     keys = ("runner", "drafter_model_class", "drafter_compiled", "compilation_mode",
             "spec_enforce_eager", "drafter_dispatcher",
