@@ -62,9 +62,11 @@ class RunSet:
 
     def record_values(self, v: str, c: int, section: str, key: str) -> list[float]:
         """``key`` of ``section`` of each run record (``bench``: the client's result;
-        ``engine_timing``: the server's own counters), where the run recorded it."""
+        ``engine_timing``: the server's own counters), where the run recorded it and
+        completed requests (see ``paired_runs``)."""
         return [r[section][key] for r in self.runs(v, c)
-                if (r.get(section) or {}).get(key) is not None]
+                if (r.get(section) or {}).get(key) is not None
+                and r["bench"].get("completed")]
 
     def ttft_stages(self, v: str, c: int) -> dict[str, float] | None:
         """Where the time to a first token went, medians over the repetitions (ms):
@@ -117,9 +119,12 @@ class RunSet:
 
     def paired_runs(self, a: str, b: str, c: int) -> list[tuple[dict, dict]]:
         """(a, b) runs of the repetitions both ran (same repetition, same concurrency:
-        seconds apart, in the rotated order)."""
-        rb = {r["rep"]: r for r in self.runs(b, c)}
-        return [(r, rb[r["rep"]]) for r in self.runs(a, c) if r["rep"] in rb]
+        seconds apart, in the rotated order) and completed requests in: a run whose every
+        request failed has no throughput or latency to divide (its failures are counted
+        in the main table)."""
+        rb = {r["rep"]: r for r in self.runs(b, c) if r["bench"].get("completed")}
+        return [(r, rb[r["rep"]]) for r in self.runs(a, c)
+                if r["rep"] in rb and r["bench"].get("completed")]
 
     def paired(self, a: str, b: str, c: int, key: str) -> list[tuple[float, float]]:
         """(a, b) values of ``key`` of the repetitions both ran with it."""
