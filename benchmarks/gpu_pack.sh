@@ -50,10 +50,11 @@ fi
 # part may take what the 64 MiB a call carries leaves, less 1 MiB of slack.
 tree=$(git ls-files -co --exclude-standard -z | du -cb --files0-from=- | tail -1 | cut -f1)
 size=$(stat -c %s $G/site.tar.xz)
-room=$(( (64 << 20) - (1 << 20) - tree - 4 * (1 << 20) ))  # the last part carries extra/
+extra=$(du -cb $G/extra | tail -1 | cut -f1)  # the last part carries extra/ too
+room=$(( (64 << 20) - (1 << 20) - tree - extra ))
 (( room > 0 )) || { echo "the working tree ($tree B) leaves no room in a call" >&2; exit 3; }
 n=$(( (size + room - 1) / room )); (( n >= 2 )) || n=2
-rm -rf $G/s[0-9] $G/a $G/b $G/c $G/part.* && mkdir -p $G/c
+rm -rf $G/s[0-9]* $G/a $G/b $G/c $G/part.* && mkdir -p $G/c
 split -n "$n" -d -a 2 $G/site.tar.xz $G/part.
 parts=($G/part.*)
 for i in $(seq 1 $((n - 1))); do mkdir -p $G/s$i && mv "${parts[i-1]}" $G/s$i/; done

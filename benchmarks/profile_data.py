@@ -30,19 +30,29 @@ OURS = "(engine_ext/"  # a label's path starts at the package
 _STDLIB = "(python3."  # .../lib/python3.12/contextlib.py -> "python3.12/contextlib.py"
 
 
+# Where a label's path starts: the first of these among a frame's path components, so
+# /tmp/site/vllm/... (the device's pip --target tree), .venv/.../site-packages/vllm/...
+# and any checkout's .../engine_ext/... read alike.
+PACKAGES = ("engine_ext", "gateway", "monitoring", "benchmarks", "vllm", "torch",
+            "transformers", "triton", "prometheus_client", "starlette", "fastapi",
+            "uvicorn", "aiohttp", "httpx", "zmq", "msgspec")
+
+
 def frame_label(frame: str) -> str:
-    """``func (path:line)`` -> ``func (short path)``: the path from the package root
-    (``vllm/...``, ``engine_ext/...``), so the device's and this machine's agree."""
+    """``func (path:line)`` -> ``func (short path)``: the path from its package
+    (``vllm/...``, ``engine_ext/...``; the standard library's as ``python3.X/...``), so
+    the device's and this machine's agree whatever directory holds them."""
     m = _FRAME.match(frame)
     if not m:
         return frame
-    path = m["file"]
-    for root in ("site-packages/", "/work/main/", "/repo/"):
-        if root in path:
-            path = path.rsplit(root, 1)[1]
-            break
+    parts = m["file"].split("/")
+    starts = [i for i, part in enumerate(parts[:-1]) if part in PACKAGES]
+    if starts:
+        path = "/".join(parts[starts[0]:])
+    elif "site-packages" in parts:
+        path = "/".join(parts[parts.index("site-packages") + 1:])
     else:
-        path = "/".join(path.rsplit("/", 2)[-2:])
+        path = "/".join(parts[-2:])
     return f"{m['func']} ({path})"
 
 

@@ -111,7 +111,7 @@ class ProbePoller:
         async with self._lock:
             try:
                 answers = await asyncio.wait_for(self._rpc(method, args), wait)
-            except TimeoutError as exc:
+            except (TimeoutError, asyncio.TimeoutError) as exc:  # distinct before 3.11
                 raise ProbeReadError(f"{method}: no answer from the workers within "
                                      f"{wait:g} s") from exc
         if not all(isinstance(a, dict) for a in answers):

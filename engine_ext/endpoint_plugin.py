@@ -121,7 +121,10 @@ class SpecgwEndpoints:
         await poller.start()
         self.probes = poller
         snaps = poller.snapshots
-        if not any(s.get("installed") for s in snaps):
+        if not snaps:
+            log.warning("specgw: the first probe read got no answer; the poller reads "
+                        "again every %.0f s", interval)
+        elif not any(s.get("installed") for s in snaps):
             log.warning(
                 "specgw: the probes are not installed in the workers, so every forward "
                 "count reads 0 and coverage 0: vLLM did not load the general plugin %r. "

@@ -65,10 +65,11 @@ BACKEND_LATENCY = Histogram(
     "specgw_backend_request_duration_seconds", "Time a proxied request spent on a backend.",
     ["backend"], buckets=LATENCY_BUCKETS,
 )
-# Where a proxied stream's first byte spends its time: on the backend (from our send to
-# its first byte) or in the gateway (the rest of the gateway's time to first byte: reading
-# and validating the request, routing, admission, connecting). Finer buckets than
-# LATENCY_BUCKETS: the gateway's share is expected well under a millisecond.
+# Where a proxied stream's first byte spends its time: on the way to and in the backend
+# (from the send, connecting included, to its first byte) or in the gateway before the
+# send (reading and validating the request, routing, admission, and any backend that
+# failed first and was failed over from). Finer buckets than LATENCY_BUCKETS: the
+# gateway's share is expected well under a millisecond.
 ADDED_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                  0.25, 1)
 BACKEND_TTFB = Histogram(

@@ -53,6 +53,11 @@ def test_frame_labels_and_what_counts_as_ours():
         == "probed (engine_ext/internals/install.py)"
     assert frame_label("__enter__ (/usr/lib/python3.12/contextlib.py:132)") \
         == "__enter__ (python3.12/contextlib.py)"
+    # The device's pip --target tree and a checkout anywhere read the same.
+    assert frame_label("step (/tmp/site/vllm/v1/engine/core.py:400)") \
+        == "step (vllm/v1/engine/core.py)"
+    assert frame_label("piece (/srv/x/engine_ext/probes/ledger.py:307)") \
+        == "piece (engine_ext/probes/ledger.py)"
     ours = "probed (engine_ext/internals/install.py)"
     ctx = "__enter__ (python3.12/contextlib.py)"
     vllm = "execute_model (vllm/v1/worker/gpu_model_runner.py)"
