@@ -177,9 +177,12 @@ def test_stream_cut_before_done_ends_with_error_event(request, client, mode):
     assert requests_total(router.url, "502") == before + 1
 
 
-def test_first_byte_split_between_backend_and_gateway(router):
+@pytest.mark.parametrize("upload_s", [0.0, 0.25])
+def test_first_byte_split_between_backend_and_gateway(router, upload_s):
     """A backend that takes 0.3 s to its first byte: the gateway's TTFT holds those 0.3 s,
-    the backend's time to first byte too, and what the gateway added does not."""
+    the backend's time to first byte too, and what the gateway added does not. A body
+    uploaded over ``upload_s`` is the gateway's time: TTFT starts at the request's
+    arrival, before its body is read."""
     names = ("specgw_backend_time_to_first_byte_seconds", "specgw_gateway_added_latency_seconds")
 
     def read() -> dict[str, float]:
@@ -191,16 +194,23 @@ def test_first_byte_split_between_backend_and_gateway(router):
                                           model=UP_MODEL, endpoint="completions")
         return out
 
+    body = json.dumps(completion("slow", True)).encode()
+
+    def upload() -> Iterator[bytes]:  # the body in two halves, upload_s apart
+        yield body[:len(body) // 2]
+        time.sleep(upload_s)
+        yield body[len(body) // 2:]
+
     before = read()
-    with httpx.stream("POST", f"{router.url}/v1/completions", json=completion("slow", True),
-                      timeout=30) as r:
+    with httpx.stream("POST", f"{router.url}/v1/completions", content=upload(), timeout=30,
+                      headers={"content-type": "application/json"}) as r:
         assert r.status_code == 200 and sse_events(r)[-1] == "[DONE]"
     d = {k: v - before[k] for k, v in read().items()}
-    assert d["ttft_count"] == 1 and d["ttft_sum"] >= SLOW_FIRST_S
+    assert d["ttft_count"] == 1 and d["ttft_sum"] >= SLOW_FIRST_S + upload_s
     ttfb, added = (f"{n}_sum" for n in names)
     assert all(d[f"{n}_count"] == 1 for n in names)
     assert d[ttfb] >= SLOW_FIRST_S
-    assert d[added] < SLOW_FIRST_S / 2
+    assert upload_s <= d[added] < upload_s + SLOW_FIRST_S / 2
     assert d["ttft_sum"] == pytest.approx(d[ttfb] + d[added], abs=1e-3)
 
 
