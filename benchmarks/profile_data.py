@@ -66,7 +66,6 @@ class StepProfile:
     rate: int
     inclusive: dict[str, int]
     self_: dict[str, int]
-    threads: dict[str, int]
     ours: int  # self samples in engine_ext
 
     def ms_per_step(self, n: float) -> float:
@@ -107,12 +106,10 @@ def load_run(src: Path, stem: str, steps: float, step_ms: float | None, rate: in
         if not m or m["stem"] != stem:
             continue
         prof = out.setdefault(kind_of(m["proc"]),
-                              StepProfile(0, steps, step_ms, rate, {}, {}, {}, 0))
+                              StepProfile(0, steps, step_ms, rate, {}, {}, 0))
         for stack, n in read(f).items():
-            thread, frames = stack[0], [frame_label(fr) for fr in stack[1:]]
+            frames = [frame_label(fr) for fr in stack[1:]]  # stack[0]: the thread
             prof.samples += n
-            tname = thread.split(": ", 1)[-1]
-            prof.threads[tname] = prof.threads.get(tname, 0) + n
             for fr in set(frames):
                 prof.inclusive[fr] = prof.inclusive.get(fr, 0) + n
             if frames:
@@ -148,10 +145,14 @@ class Profiles:
                     cells.setdefault((v, c), []).append((r["rep"], prof))
         return cls(runs, rate, cells) if cells else None
 
-    def median_ms(self, v: str, c: int, kind: str, pick) -> float | None:
-        """Median over the runs of ``pick(StepProfile) -> samples``, in ms per step."""
-        vals = [p[kind].ms_per_step(pick(p[kind])) for _, p in self.cells.get((v, c), [])
+    def per_step(self, v: str, c: int, kind: str, pick) -> list[float]:
+        """``pick(StepProfile) -> samples`` of each run, in ms per step."""
+        return [p[kind].ms_per_step(pick(p[kind])) for _, p in self.cells.get((v, c), [])
                 if kind in p]
+
+    def median_ms(self, v: str, c: int, kind: str, pick) -> float | None:
+        """Median over the runs of :meth:`per_step`."""
+        vals = self.per_step(v, c, kind, pick)
         return statistics.median(vals) if vals else None
 
     def differences(self, a: str, b: str, c: int, kind: str, table: str, top: int = 10
@@ -170,5 +171,5 @@ class Profiles:
             mb = self.median_ms(b, c, kind, lambda sp, fn=fn: getattr(sp, table).get(fn, 0))
             if ma is not None and mb is not None:
                 rows.append((fn, ma, mb))
-        rows.sort(key=lambda r: -abs(r[1] - r[2]))
+        rows.sort(key=lambda r: (-abs(r[1] - r[2]), r[0]))  # ties by name: reproducible
         return rows[:top]

@@ -13,8 +13,7 @@ ROOT_SHARE = 0.9
 
 
 def per_step(pr: Profiles, v: str, c: int, kind: str, pick) -> Spread | None:
-    vals = [p[kind].ms_per_step(pick(p[kind])) for _, p in pr.cells.get((v, c), [])
-            if kind in p]
+    vals = pr.per_step(v, c, kind, pick)
     return Spread.of(vals) if vals else None
 
 

@@ -305,8 +305,7 @@ def engine_timing(before: Samples, after: Samples) -> dict:
         return metric_sum(after, name) - metric_sum(before, name)
 
     def mean_ms(hist: str) -> float | None:
-        n = d(f"{hist}_count")
-        return round(1000 * d(f"{hist}_sum") / n, 4) if n else None
+        return hist_mean_ms(before, after, hist)
 
     # Where a request's first-token time goes, on vLLM's clocks: its TTFT from the arrival
     # time vLLM stamps on it, the wait in the scheduler's queue, and the prefill itself;
@@ -320,6 +319,15 @@ def engine_timing(before: Samples, after: Samples) -> dict:
             "queue_mean_ms": mean_ms("vllm:request_queue_time_seconds"),
             "prefill_mean_ms": mean_ms("vllm:request_prefill_time_seconds"),
             "decode_mean_ms": mean_ms("vllm:request_decode_time_seconds")}
+
+
+def hist_mean_ms(before: Samples, after: Samples, hist: str) -> float | None:
+    """The mean of a histogram's observations between two scrapes, in ms."""
+    n = metric_sum(after, f"{hist}_count") - metric_sum(before, f"{hist}_count")
+    if not n:
+        return None
+    return round(1000 * (metric_sum(after, f"{hist}_sum") - metric_sum(before, f"{hist}_sum"))
+                 / n, 4)
 
 
 def histogram_quantile(before: Samples, after: Samples, name: str, q: float) -> float | None:
@@ -354,9 +362,8 @@ def router_timing(before: Samples, after: Samples) -> dict | None:
     if n <= 0:
         return None
 
-    def mean_ms(name: str) -> float:
-        return round(1000 * (metric_sum(after, f"{name}_sum")
-                             - metric_sum(before, f"{name}_sum")) / n, 4)
+    def mean_ms(name: str) -> float | None:
+        return hist_mean_ms(before, after, name)
 
     def p50_ms(name: str) -> float | None:
         v = histogram_quantile(before, after, name, 0.5)
