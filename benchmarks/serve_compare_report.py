@@ -56,6 +56,10 @@ T_PROBES = Target("probe overhead, % of output tok/s (median of paired repetitio
 T_ROUTER = Target("router / direct output tok/s at c=64 (median of paired ratios)", ">=", 0.98)
 T_ROUTER_TTFT = Target("added TTFT p50 ms through the router at c=64 (median of paired "
                        "differences)", "<", 1.0)
+# The same target read on the router's own histogram (specgw_gateway_added_latency_seconds):
+# the client's TTFT difference between two runs carries the backend's run-to-run noise.
+T_ROUTER_OWN = Target("added TTFT p50 ms through the router at c=64, on its own clock "
+                      "(median of the runs' p50s)", "<", 1.0)
 T_FAILED = Target("failed requests over all runs of a server", "<=", 0)
 
 Stats = dict[tuple[str, str, int], dict]

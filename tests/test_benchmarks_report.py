@@ -355,3 +355,22 @@ def test_engine_steps_are_compared_only_where_both_servers_took_the_same_steps(t
         r["engine_timing"]["iterations"] *= 1.1
         f.write_text(json.dumps(r))
     assert engine_step_order(RunSet.load(src), 16) is None
+
+
+def test_router_own_clock_verdict_reads_the_runs_p50s_and_their_bucket():
+    """Target 3 on the router's histogram: met where the runs' p50s lie below 1 ms, not
+    met (with the bucket named) where they lie above, and a met value inside a bucket that
+    reaches past 1 ms says the histogram cannot tell."""
+    from benchmarks.benchmarks_report import bucket_of, router_clock_rows
+
+    rs = RunSet.load(DATA.parent.parent / "cpu" / "serve_compare_profile")
+    assert router_clock_rows(rs, 64) == []  # that CPU run ran c=1 and 8 only
+    p50s = rs.record_values("router", 8, "router_timing", "added_p50_ms")
+    [row] = router_clock_rows(rs, 8)
+    assert row[3] == "yes" and row[4] is None and all(x < 1 for x in p50s)
+    for r in rs.runs("router", 8):
+        if r.get("router_timing"):
+            r["router_timing"]["added_p50_ms"] *= 3
+    [row] = router_clock_rows(rs, 8)
+    assert row[3] != "yes" and "between 1 and 2.5 ms" in row[4]
+    assert bucket_of(0.9) == (0.5, 1.0) and bucket_of(5000) == (1000, float("inf"))
