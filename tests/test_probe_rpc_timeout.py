@@ -94,6 +94,10 @@ def stalled_reads(url: str, worker: int, rounds: int = 3) -> tuple[list[int], li
 
 
 def test_timed_out_probe_reads_leave_the_engine_serving(impatient):
+    # Only what the server logs from here on: vLLM 0.32 may log an ignored exception of its
+    # own at start-up (a CPU GEMM handler's __del__ while it recompiles after a compile-cache
+    # load failure; stock `vllm serve` does it too).
+    log_start = impatient.log_path.stat().st_size
     ref = greedy(impatient.url)
     scrapes, reads = stalled_reads(impatient.url, worker_pid(impatient))
     assert set(scrapes) == {200}
@@ -109,6 +113,6 @@ def test_timed_out_probe_reads_leave_the_engine_serving(impatient):
         time.sleep(0.5)
     assert r.status_code == 200 and all(isinstance(s, dict) for s in r.json())
     assert httpx.get(f"{impatient.url}/metrics", timeout=30).status_code == 200
-    log = impatient.log_path.read_text(errors="replace")
+    log = impatient.log_path.read_bytes()[log_start:].decode(errors="replace")
     assert f"no answer from the workers within {READ_TIMEOUT_S:g} s" in log
     assert "Traceback" not in log
