@@ -171,42 +171,56 @@ def resolution_cause(over: dict[int, Spread], unit: str) -> str | None:
 
 
 def router_rows(rs: RunSet, st: dict) -> list[list[object]]:
-    if not (s := st.get(("router", "vllm", 64))):
-        return []
-    return [["3", str(T_ROUTER), s["ratio"].text("{:.2f}"),
-             verdict(T_ROUTER.met(s["ratio"].median)), None],
-            ["3", str(T_ROUTER_TTFT), s["ttft_add"].text("{:+.1f}"),
-             verdict(T_ROUTER_TTFT.met(s["ttft_add"].median)), ttft_cause(s["ttft_adds"])],
-            *router_clock_rows(rs)]
+    rows = []
+    if s := st.get(("router", "vllm", 64)):
+        rows = [["3", str(T_ROUTER), s["ratio"].text("{:.2f}"),
+                 verdict(T_ROUTER.met(s["ratio"].median)), None],
+                ["3", str(T_ROUTER_TTFT), s["ttft_add"].text("{:+.1f}"),
+                 verdict(T_ROUTER_TTFT.met(s["ttft_add"].median)), ttft_cause(s["ttft_adds"])]]
+    # The router's own clock needs no run of the engine alone to pair with.
+    return rows + router_clock_rows(rs)
 
 
 def bucket_of(ms: float) -> tuple[float, float]:
-    """The bucket of ``specgw_gateway_added_latency_seconds`` a quantile fell in, in ms:
-    an interpolated quantile is only known to lie inside it."""
+    """The bucket of ``specgw_gateway_added_latency_seconds`` (``le`` semantics: lower
+    bound excluded) a quantile read from it lies in, in ms: an interpolated quantile is
+    only known to lie inside it. A quantile at the last finite bound may be one that fell
+    past it (``serve_compare.histogram_quantile`` returns that bound for the +Inf bucket)."""
+    bounds = [1000 * le for le in ADDED_BUCKETS]
+    if ms >= bounds[-1]:
+        return (bounds[-2], float("inf"))
     lo = 0.0
-    for le in ADDED_BUCKETS:
-        if ms <= 1000 * le:
-            return lo, 1000 * le
-        lo = 1000 * le
-    return lo, float("inf")
+    for hi in bounds:
+        if ms <= hi:
+            return lo, hi
+        lo = hi
+    raise AssertionError("unreachable: ms < the last bound")
 
 
 def router_clock_rows(rs: RunSet, c: int = 64) -> list[list[object]]:
-    """Target 3's TTFT on the router's own clock, where the run set recorded it."""
+    """Target 3's TTFT on the router's own clock, where the run set recorded it. Each
+    run's p50 is only known to lie in its bucket, so the median of the runs' p50s lies
+    between the median of their buckets' lower bounds and that of their upper bounds: met
+    where that upper bound is below the target, not met where the lower one is at or
+    above it, and not told apart by the histogram in between."""
     added = rs.record_values("router", c, "router_timing", "added_p50_ms")
     if not added:
         return []
     s = Spread.of(added)
-    lo, hi = bucket_of(s.median)
-    met = T_ROUTER_OWN.met(s.median)
-    cause = None
-    if not met:
-        cause = (f"the router's own time before the first byte, without the backend's: its "
-                 f"p50 lies between {lo:g} and {hi:g} ms (the histogram's bucket)")
-    elif hi > T_ROUTER_OWN.threshold:
-        cause = (f"met as Prometheus interpolates it, but the median p50 lies only somewhere "
-                 f"between {lo:g} and {hi:g} ms (the histogram's bucket)")
-    return [["3", str(T_ROUTER_OWN), s.text("{:.3f}"), verdict(met), cause]]
+    buckets = [bucket_of(x) for x in added]
+    lo = statistics.median(b[0] for b in buckets)
+    hi = statistics.median(b[1] for b in buckets)
+    t = T_ROUTER_OWN.threshold
+    what = (f"{len(added)} of {len(rs.runs('router', c))} runs recorded it; the router's "
+            f"time before the first byte apart from the backend's (reading, validation, "
+            f"routing, admission, and any backend failed over from): the median p50 lies "
+            f"between {lo:g} and {hi:g} ms (the histogram's buckets)")
+    if hi < t or (hi == t and T_ROUTER_OWN.met(s.median)):
+        return [["3", str(T_ROUTER_OWN), s.text("{:.3f}"), verdict(True), None]]
+    if lo >= t:
+        return [["3", str(T_ROUTER_OWN), s.text("{:.3f}"), verdict(False), what]]
+    return [["3", str(T_ROUTER_OWN), s.text("{:.3f}"), "cannot tell",
+             what + f", which straddle {t:g} ms"]]
 
 
 def ttft_cause(adds: list[float]) -> str | None:
