@@ -350,7 +350,8 @@ def swing_summary(sets: list[RunSet], cs: Sequence[int]) -> list[str]:
     return [
         "* Not specgw only: `vllm serve`'s slowest to fastest repetition is "
         + ", ".join(f"{x:.2f}x ({lab}, c={c})" for (lab, v, c), x in mm.items() if v == "vllm")
-        + f"; specgw's variants {min(sg):.2f}x-{max(sg):.2f}x.",
+        + (f"; specgw's variants {min(sg):.2f}x-{max(sg):.2f}x." if sg else
+           " (no specgw variant ran at these concurrencies)."),
         f"* Over the repetitions of each (run set, server, concurrency) cell at c="
         f"{'/'.join(map(str, cs))}, the median Spearman rank correlation of output tok/s "
         f"with TPOT p50 is {rho['median_tpot_ms']:+.2f} and with mean TTFT "

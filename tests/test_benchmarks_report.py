@@ -390,3 +390,26 @@ def test_router_own_clock_verdict_reads_the_runs_p50s_and_their_bucket():
     [row] = router_clock_rows(rs, 8)
     assert row[3] == "cannot tell" and "between 0.75 and 1.75 ms" in row[4]
     assert row[4].startswith("4 of 5 runs recorded it")
+
+
+def test_router_rows_place_the_lost_first_byte_on_the_routers_clock():
+    """Where target 3 is missed and the router's histograms were recorded, the cause splits
+    the first byte into the router's share and the backend's, from the runs' own values;
+    without them there is no such claim and no own-clock row. A run set from elsewhere is
+    marked with its set and device."""
+    from benchmarks.benchmarks_report import elsewhere_rows, router_rows
+
+    rs = RunSet.load(DATA.parent.parent / "cpu" / "serve_compare_router_c64")
+    ratio, ttft, own = router_rows(rs, pair_stats(rs))
+    added = rs.record_values("router", 64, "router_timing", "added_p50_ms")
+    ttfb = rs.record_values("router", 64, "router_timing", "backend_ttfb_p50_ms")
+    assert ratio[3] == "**no**" and len(added) == len(ttfb) == 5
+    split = (f"adds {min(added):.3g}-{max(added):.3g} ms before its send, and the backend's "
+             f"first byte comes {min(ttfb):.1f}-{max(ttfb):.1f} ms after it")
+    assert split in ratio[4] and split in ttft[4] and own[3] == "yes"
+    [marked] = [r for r in elsewhere_rows([rs]) if r[1].startswith(str(ratio[1]))]
+    assert marked[1].endswith(f"[`{rs.label}`, {rs.meta['device_name']}]")
+    for r in rs.runs("router", 64):
+        r["router_timing"] = None
+    ratio, ttft = router_rows(rs, pair_stats(rs))
+    assert ratio[4] is None and "own clock" not in ttft[4]
