@@ -457,12 +457,17 @@ def engine_step_lines(sets: list[RunSet]) -> list[str]:
         return []
     longer = sum(bool(o[1]) for _, _, o in paired)
     where = ", ".join(f"`{label}` c={c} ({o[0]:+.1f}%)" for label, c, o in paired)
+    stock: dict[str, list[str]] = {}
+    for rs in sets:
+        if any(label == rs.label for label, _, _ in paired):
+            stock.setdefault(rs.stock_vllm_text(), []).append(f"`{rs.label}`")
+    stock_text = "; ".join(f"{', '.join(labels)}: {text}" for text, labels in stock.items())
     return [f"Under load, where specgw and vllm serve took the same engine steps (within "
             f"{100 * SAME_STEPS:.0f}%: the same batches, so step times compare), specgw's "
             f"mean step on the engine core's clock against vllm serve's: {where}; both "
             f"specgw processes' steps are longer than both vllm serve processes' in {longer} "
             f"of {len(paired)} of those cells. The two servers' engine cores differ in "
-            "specgw's probes (vllm serve runs with `SPECGW_PROBES=0`) and in the structured "
+            f"specgw's plugin (vllm serve in {stock_text}) and in the structured "
             "output settings, which no request here uses; the sampling parameters the two "
             "front ends build from `vllm bench serve`'s request are the same field by field "
             "but for vLLM's copy flag (`tests/test_sampling_parity.py`, checked on vLLM "
@@ -1187,7 +1192,7 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
     if spec:
         lines += ["## 4. When speculation pays: a 1 B target built on the device", "",
                   *([pair_text(info), ""] if info else []),
-                  "`vllm serve` (`SPECGW_PROBES=0`: our installed plugin registers nothing) "
+                  f"`vllm serve` ({'; '.join(sorted({rs.stock_vllm_text() for rs in spec}))}) "
                   "with and without `--speculative-config` (EAGLE-3, k=3, vLLM's default "
                   "runner), same engine configuration otherwise:", "", *spec_table(spec), "",
                   *snotes, "",

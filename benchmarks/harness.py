@@ -86,7 +86,8 @@ class Server:
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = log_dir / f"{name}.log"
         self._log = self.log_path.open("w")
-        full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        self.env = dict(env or {})  # what this server gets on top of ours (recorded)
+        full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         if cmd is None:
             argv = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(self.port), *args]
         else:

@@ -3,10 +3,15 @@
 Servers (``--variants``, any subset; each a real process on 127.0.0.1):
 
 * ``specgw``            ``specgw serve`` with the engine configuration stated below
-* ``vllm``              vLLM's own OpenAI server with the same engine configuration, stock
-                        (``SPECGW_PROBES=0``: our plugin registers nothing in it)
-* ``specgw-probes-off`` ``specgw`` with ``SPECGW_PROBES=0`` (no probes; this also skips the
-                        compiled-drafter registration, which only runner V1 needs)
+* ``vllm``              vLLM's own OpenAI server with the same engine configuration, stock:
+                        ``VLLM_PLUGINS=`` (empty) loads no plugin at all, so neither
+                        specgw's nor any other installed one runs in it (what a user without
+                        specgw runs). Run sets before ``run8`` gave it ``SPECGW_PROBES=0``
+                        instead, which loads our plugin without probes (its sampler guard
+                        and drafter-class hook still installed); ``servers.json`` records
+                        each server's ``env`` from ``run8`` on
+* ``specgw-probes-off`` ``specgw`` with ``SPECGW_PROBES=0``: no probes; the plugin's sampler
+                        guard and drafter-class hook stay, as in ``specgw``
 * ``specgw-poll-1s``    ``specgw`` with ``--poll-interval 1`` (default 5 s)
 * ``specgw-2``          a second ``specgw`` process, identical: how far two instances of
                         one server differ (the floor under every cross-process ratio)
@@ -156,9 +161,10 @@ def vllm_flags(cfg: dict, same: bool, variant: str = "vllm") -> list[str]:
 
 
 def vllm_env(variant: str) -> dict[str, str]:
-    """Stock (our plugin registers nothing), or runner V1 with the plugin loaded."""
+    """Stock (no plugin loaded: vLLM matches ``VLLM_PLUGINS`` by name and none is named
+    ""), or runner V1 with the plugin loaded."""
     if variant not in V1_PLUGIN:
-        return {"SPECGW_PROBES": "0"}
+        return {"VLLM_PLUGINS": ""}
     from engine_ext.vllm_serve import plugin_serve_env
 
     return {**plugin_serve_env(), "VLLM_USE_V2_MODEL_RUNNER": "0"}
@@ -556,7 +562,7 @@ def main() -> int:
                 "host": host_topology(),
                 "protocol": {k: (str(v) if isinstance(v, Path) else v)
                              for k, v in vars(a).items()},
-                "servers": {v: {"argv": s.argv, "cpus": s.cpus,
+                "servers": {v: {"argv": s.argv, "env": s.env, "cpus": s.cpus,
                                 "config_log": config_evidence(s)}
                             for v, s in servers.items()},
                 "client_cpus": sorted(os.sched_getaffinity(0))}

@@ -53,6 +53,15 @@ class RunSet:
         return [v for v in self.meta["protocol"]["variants"]
                 if any(vv == v for vv, _ in self.cells)]
 
+    def stock_vllm_text(self) -> str:
+        """What of specgw ran inside this set's ``vllm`` server, from its recorded env
+        (sets before ``run8`` recorded none and gave it ``SPECGW_PROBES=0``)."""
+        env = self.meta.get("servers", {}).get("vllm", {}).get("env")
+        if env is not None and env.get("VLLM_PLUGINS") == "":
+            return "no plugin loaded (`VLLM_PLUGINS=`), specgw's included"
+        return ("specgw's plugin loaded with `SPECGW_PROBES=0`: no probes, but its "
+                "empty-batch sampler guard and drafter-class hook installed")
+
     def runs(self, v: str, c: int) -> list[dict]:
         return self.cells.get((v, c), [])
 

@@ -152,6 +152,36 @@ def test_pin_plan_gives_each_server_its_own_cpus_and_the_client_the_rest():
         cpu_plan(["specgw", "vllm"], 8, list(range(16)))
 
 
+def test_stock_vllm_serve_runs_no_plugin_and_the_report_says_which_sets_did(tmp_path: Path):
+    """The ``vllm`` variant is what a user without specgw runs: under its env vLLM's own
+    plugin loader (real vLLM, a fresh process) loads nothing of ours, while under the
+    runner-V1 plugin variant's env it does. The report reads which a run set used from its
+    ``servers.json``; sets that recorded no env ran ``SPECGW_PROBES=0``."""
+    import os
+    import subprocess
+    import sys
+
+    from benchmarks.serve_compare import vllm_env
+
+    probe = ("from vllm.plugins import load_general_plugins; load_general_plugins(); "
+             "import sys; print('engine_ext.plugin' in sys.modules)")
+
+    def loaded(env: dict[str, str]) -> str:
+        return subprocess.run([sys.executable, "-c", probe], env={**os.environ, **env},
+                              capture_output=True, text=True, timeout=300,
+                              check=True).stdout.strip().splitlines()[-1]
+
+    assert loaded(vllm_env("vllm")) == "False"
+    assert loaded(vllm_env("vllm-v1-piecewise")) == "True"
+
+    old = RunSet.load(DATA / "run7_pinned")
+    assert "SPECGW_PROBES=0" in old.stock_vllm_text()
+    new = RunSet("new", tmp_path, {**old.meta, "servers": {
+        **old.meta["servers"], "vllm": {**old.meta["servers"]["vllm"], "env": vllm_env("vllm")}}},
+        old.cells)
+    assert new.stock_vllm_text().startswith("no plugin loaded")
+
+
 def test_a_pinned_server_and_what_it_starts_stay_on_its_cpus(tmp_path: Path):
     """A real process on 127.0.0.1 started with ``cpus``: its mask is set before exec, so
     a child it starts later inherits it."""
