@@ -72,8 +72,10 @@ def paired_acceptance(sets: list[RunSet], a: str, b: str, c: int) -> list[float]
 
 
 def by_date(sets: list[RunSet]) -> list[RunSet]:
-    """Each run set once (``--router`` may be ``--serve``'s), oldest first."""
-    return sorted({id(rs): rs for rs in sets}.values(), key=lambda rs: rs.meta["date"])
+    """Each run set once (``--router`` may also be ``--serve`` or an ``--earlier``: one
+    directory loaded twice), oldest first."""
+    return sorted({rs.src.resolve(): rs for rs in sets}.values(),
+                  key=lambda rs: rs.meta["date"])
 
 
 def concurrencies(sets: list[RunSet]) -> list[int]:
@@ -185,17 +187,47 @@ def router_rows(rs: RunSet, st: dict) -> list[list[object]]:
 
 
 def own_clock_split(rs: RunSet, c: int = 64) -> str | None:
-    """Where the router's runs spend their first byte, by its own histograms: its own
-    share against the backend's (from its send to the first byte it reads)."""
-    added = rs.record_values("router", c, "router_timing", "added_p50_ms")
-    ttfb = rs.record_values("router", c, "router_timing", "backend_ttfb_p50_ms")
-    if not (added and ttfb):
+    """Where the router's runs spend their first byte, split by means (a mean of a sum is
+    the sum of the means; p50s do not add up): per paired repetition, the client's mean
+    TTFT through the router minus the direct one = the router's own time before its send
+    + (the backend's mean first byte after that send - the direct client's mean TTFT) +
+    what passes outside the router's clock (the client's hop to the router and back, and
+    the router process's work before its handler runs or after it reads the first byte).
+    The router's histograms also count the warm-up requests the client leaves out."""
+    direct = {r["rep"]: r["bench"] for r in rs.runs("vllm", c) if r["bench"].get("completed")}
+    terms: dict[str, list[float]] = {"total": [], "own": [], "backend": [], "outside": []}
+    cpu = []
+    for r in rs.runs("router", c):
+        t, b, d = r.get("router_timing") or {}, r["bench"], direct.get(r["rep"])
+        if d is None or not b.get("completed") or t.get("added_mean_ms") is None \
+                or t.get("backend_ttfb_mean_ms") is None:
+            continue
+        terms["total"].append(b["mean_ttft_ms"] - d["mean_ttft_ms"])
+        terms["own"].append(t["added_mean_ms"])
+        terms["backend"].append(t["backend_ttfb_mean_ms"] - d["mean_ttft_ms"])
+        terms["outside"].append(b["mean_ttft_ms"] - t["added_mean_ms"]
+                                - t["backend_ttfb_mean_ms"])
+        if (pl := r.get("placement")) and r.get("wall_s"):
+            cpu.append(sum(p["cpu_s"] for p in pl) / r["wall_s"])
+    if not terms["total"]:
         return None
-    return (f"on the router's own clock (p50 per run) it adds {min(added):.3g}-"
-            f"{max(added):.3g} ms before its send, and the backend's first byte comes "
-            f"{min(ttfb):.1f}-{max(ttfb):.1f} ms after it: what the router runs lose lies "
-            "between its send and its read of that byte (the hop, the engine, and the "
-            "router's own reading of the reply)")
+    sp = {k: Spread.of(v) for k, v in terms.items()}
+    most = max(("own", "backend", "outside"), key=lambda k: sp[k].median)
+    where = {"own": "in the router's own time before its send",
+             "backend": "between the router's send and the backend's first byte (the hop "
+                        "to the engine and the engine itself)",
+             "outside": "outside the router's clock (the client's hop to it and back, and "
+                        "its process's event loop before its handler runs or after it reads "
+                        "the first byte)"}[most]
+    return (f"by means over {len(terms['total'])} paired repetitions (means add up, p50s "
+            f"do not): the client's mean TTFT through the router minus the direct one "
+            f"{sp['total'].text('{:+.1f}')} ms = the router's own time before its send "
+            f"{sp['own'].text('{:.2f}')} ms + the backend's mean first byte after that send "
+            f"minus the direct mean TTFT {sp['backend'].text('{:+.1f}')} ms + outside the "
+            f"router's clock {sp['outside'].text('{:+.1f}')} ms (medians of each term); the "
+            f"largest median term lies {where}"
+            + (f"; the router process used {Spread.of(cpu).text('{:.2f}')} CPU-seconds per "
+               "second of each run" if cpu else ""))
 
 
 def elsewhere_rows(sets: list[RunSet]) -> list[list[object]]:
@@ -448,35 +480,56 @@ def engine_step_reading(rs: RunSet, c: int) -> str:
                if o[1] else ""))
 
 
+def same_steps_diff(rs: RunSet, a: str, b: str, c: int) -> float | None:
+    """``a``'s mean step on the engine core's clock in % of ``b``'s, where the two took the
+    same engine steps (within ``SAME_STEPS``) at ``c``."""
+    ea, eb = engine_steps(rs, a, c), engine_steps(rs, b, c)
+    if not (ea and eb and eb[0]) or abs(ea[0] / eb[0] - 1) > SAME_STEPS:
+        return None
+    return d[1] if (d := clock_diffs(rs, a, b, c)) else None
+
+
 def engine_step_lines(sets: list[RunSet]) -> list[str]:
-    """Across run sets: the loaded cells where both servers took the same engine steps, and
-    in how many both specgw processes' steps were the longer ones."""
-    paired = [(rs.label, c, o) for rs in sets for c in rs.conc() if c != CLOCK_C
-              if (o := engine_step_order(rs, c)) and o[1] is not None]
-    if not paired:
+    """Across run sets: the loaded cells where specgw and vllm serve took the same engine
+    steps, in how many both specgw processes' steps were the longer ones (where second
+    processes ran), and specgw against its own server with the probes out."""
+    cells = [(rs.label, c, o) for rs in sets for c in rs.conc() if c != CLOCK_C
+             if (o := engine_step_order(rs, c))]
+    if not cells:
         return []
+    paired = [x for x in cells if x[2][1] is not None]
     longer = sum(bool(o[1]) for _, _, o in paired)
-    where = ", ".join(f"`{label}` c={c} ({o[0]:+.1f}%)" for label, c, o in paired)
+    where = ", ".join(f"`{label}` c={c} ({o[0]:+.1f}%)" for label, c, o in cells)
     stock: dict[str, list[str]] = {}
     for rs in sets:
-        if any(label == rs.label for label, _, _ in paired):
+        if any(label == rs.label for label, _, _ in cells):
             stock.setdefault(rs.stock_vllm_text(), []).append(f"`{rs.label}`")
     stock_text = "; ".join(f"{', '.join(labels)}: {text}" for text, labels in stock.items())
-    return [f"Under load, where specgw and vllm serve took the same engine steps (within "
-            f"{100 * SAME_STEPS:.0f}%: the same batches, so step times compare), specgw's "
-            f"mean step on the engine core's clock against vllm serve's: {where}; both "
-            f"specgw processes' steps are longer than both vllm serve processes' in {longer} "
-            f"of {len(paired)} of those cells. The two servers' engine cores differ in "
-            f"specgw's plugin (vllm serve in {stock_text}) and in the structured "
-            "output settings, which no request here uses; the sampling parameters the two "
-            "front ends build from `vllm bench serve`'s request are the same field by field "
-            "but for vLLM's copy flag (`tests/test_sampling_parity.py`, checked on vLLM "
-            "0.32, not on the 0.26 these runs used). "
-            "These runs do not say what costs the time (a run of `specgw-probes-off` with "
-            "the engine's step timing would). `serve_compare.py` now also records each "
-            "server process's CPU time per run; its first run, on the CPU engine, sets the "
-            "two front ends' CPU per generated token side by side "
-            "(`docs/cpu/serve_compare_cputime.md`)."]
+    probes = [(rs.label, c, d) for rs in sets for c in rs.conc() if c != CLOCK_C
+              if (d := same_steps_diff(rs, "specgw", "specgw-probes-off", c)) is not None]
+    lines = [f"Under load, where specgw and vllm serve took the same engine steps (within "
+             f"{100 * SAME_STEPS:.0f}%: the same batches, so step times compare), specgw's "
+             f"mean step on the engine core's clock against vllm serve's: {where}"
+             + (f"; both specgw processes' steps are longer than both vllm serve processes' "
+                f"in {longer} of the {len(paired)} cells with two processes of each"
+                if paired else "")
+             + f". The two servers' engine cores differ in specgw's plugin (vllm serve in "
+             f"{stock_text}) and in the structured "
+             "output settings, which no request here uses; the sampling parameters the two "
+             "front ends build from `vllm bench serve`'s request are the same field by field "
+             "but for vLLM's copy flag (`tests/test_sampling_parity.py`, checked on vLLM "
+             "0.32, not on the 0.26 these runs used)."]
+    if probes:
+        lines[0] += (" With the same steps, specgw's mean step against its own server with the "
+                     "probes out (`specgw-probes-off`, same set): " + ", ".join(
+                         f"`{label}` c={c} ({d:+.1f}%)" for label, c, d in probes) + ".")
+    else:
+        lines[0] += (" These runs do not say what costs the time (a run of "
+                     "`specgw-probes-off` with the engine's step timing would).")
+    lines[0] += (" `serve_compare.py` also records each server process's CPU time per run; "
+                 "its first run, on the CPU engine, sets the two front ends' CPU per "
+                 "generated token side by side (`docs/cpu/serve_compare_cputime.md`).")
+    return lines
 
 
 Cell = tuple[RunSet, int, Spread, float | None, list[dict | None]]
@@ -1105,7 +1158,9 @@ def probe_section(serve: RunSet, earlier: list[RunSet], toggle: dict | None,
                   if toggle else "The shortest poll interval (`specgw-poll-1s`) was not "
                   "measured (device time).", ""]
     if cost and crossed:
-        lines += [*probe_cost_lines(crossed[0], cost), ""]
+        # Against the set that gives a step at the most concurrencies.
+        lines += [*probe_cost_lines(max(crossed, key=lambda rs: len(probe_steps_us(rs))),
+                                    cost), ""]
     return lines
 
 

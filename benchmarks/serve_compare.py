@@ -62,7 +62,9 @@ same steps at different speeds, the functions that cost the difference.
 Device (after ``gpu_session.sh stash`` and ``install``; output under $OUT). ``run5_instance``
 took 437 s for four engines and 80 runs; the same command for ``run6_instance`` (slower
 starts) reached its 470 s budget after 60 runs; ``run7_pinned`` (the same with
-``--pin 3``: three CPUs per server) reached it after 75::
+``--pin 3``: three CPUs per server) reached it after 75; ``run8_router``
+(``--variants specgw,specgw-probes-off,vllm,router --concurrency 16,64 --pin 3``, the rest
+as below) took 398 s for three engines, the router and 40 runs::
 
     JOB_SECONDS=578 bash benchmarks/gpu_session.sh job benchmarks/serve_compare.py \
         --variants specgw,specgw-2,vllm,vllm-2 --concurrency 1,16,64,128 --reps 5 \

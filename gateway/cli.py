@@ -171,7 +171,11 @@ def main(argv: list[str] | None = None) -> int:
             if remotes else settings.model_name)
     log.info("serving %s on http://%s:%d (ready at /ready)", what, args.host, args.port)
     server = make_server(app, args.host, args.port, args.log_level, args.drain_timeout)
-    server.run()
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        # uvicorn has drained and shut down by now; it re-raises the SIGINT it caught.
+        return 130
     return 1 if engine is not None and engine.start_error else 0
 
 

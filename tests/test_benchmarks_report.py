@@ -345,8 +345,19 @@ def test_engine_steps_are_compared_only_where_both_servers_took_the_same_steps(t
                 expect.append(longer)
     assert expect, "the committed run sets have loaded cells with the same engine steps"
     text = engine_step_lines([RunSet.load(DATA / "run4_speed"), *sets])[0]
-    assert f"in {sum(expect)} of {len(expect)} of those cells" in text
+    assert f"in {sum(expect)} of the {len(expect)} cells with two processes" in text
+    assert "These runs do not say what costs the time" in text
     assert engine_step_lines([RunSet.load(DATA / "run4_speed")]) == []
+    # A set with the probes-off server beside specgw: specgw's step against it, where the
+    # two took the same steps, from the runs' own engine timing.
+    r8 = RunSet.load(DATA / "run8_router")
+    text = engine_step_lines([r8])[0]
+    for c in r8.conc():
+        a, b = engine_steps(r8, "specgw", c), engine_steps(r8, "specgw-probes-off", c)
+        if abs(a[0] / b[0] - 1) <= SAME_STEPS:
+            assert f"`run8_router` c={c} ({100 * (a[1] / b[1] - 1):+.1f}%)" in text
+    assert "specgw-probes-off`, same set): `run8_router` c=16" in text
+    assert "These runs do not say" not in text
     # One server taking 10% more steps at c=16: its batches differ, so no comparison.
     src = tmp_path / "run7_pinned"
     shutil.copytree(DATA / "run7_pinned", src)
@@ -394,19 +405,28 @@ def test_router_own_clock_verdict_reads_the_runs_p50s_and_their_bucket():
 
 def test_router_rows_place_the_lost_first_byte_on_the_routers_clock():
     """Where target 3 is missed and the router's histograms were recorded, the cause splits
-    the first byte into the router's share and the backend's, from the runs' own values;
-    without them there is no such claim and no own-clock row. A run set from elsewhere is
-    marked with its set and device."""
+    the client's added mean TTFT, paired by repetition, into the router's time before its
+    send, the backend's first byte after it against the direct TTFT, and the rest outside
+    the router's clock (the three terms add up to the total in every repetition); without
+    the histograms there is no such claim and no own-clock row. A run set from elsewhere
+    is marked with its set and device."""
     from benchmarks.benchmarks_report import elsewhere_rows, router_rows
+    from benchmarks.report import Spread
 
     rs = RunSet.load(DATA.parent.parent / "cpu" / "serve_compare_router_c64")
     ratio, ttft, own = router_rows(rs, pair_stats(rs))
-    added = rs.record_values("router", 64, "router_timing", "added_p50_ms")
-    ttfb = rs.record_values("router", 64, "router_timing", "backend_ttfb_p50_ms")
-    assert ratio[3] == "**no**" and len(added) == len(ttfb) == 5
-    split = (f"adds {min(added):.3g}-{max(added):.3g} ms before its send, and the backend's "
-             f"first byte comes {min(ttfb):.1f}-{max(ttfb):.1f} ms after it")
-    assert split in ratio[4] and split in ttft[4] and own[3] == "yes"
+    assert ratio[3] == "**no**" and own[3] == "yes"
+    direct = {r["rep"]: r["bench"]["mean_ttft_ms"] for r in rs.runs("vllm", 64)}
+    total, outside = [], []
+    for r in rs.runs("router", 64):
+        t = r["router_timing"]
+        total.append(r["bench"]["mean_ttft_ms"] - direct[r["rep"]])
+        outside.append(r["bench"]["mean_ttft_ms"] - t["added_mean_ms"]
+                       - t["backend_ttfb_mean_ms"])
+    assert len(total) == 5
+    for text in (f"minus the direct one {Spread.of(total).text('{:+.1f}')} ms",
+                 f"outside the router's clock {Spread.of(outside).text('{:+.1f}')} ms"):
+        assert text in ratio[4] and text in ttft[4]
     [marked] = [r for r in elsewhere_rows([rs]) if r[1].startswith(str(ratio[1]))]
     assert marked[1].endswith(f"[`{rs.label}`, {rs.meta['device_name']}]")
     for r in rs.runs("router", 64):

@@ -34,3 +34,26 @@ def test_engine_start_failure_exits_with_reason():
         assert "Model Runner V2 requires Triton" in srv.log_path.read_text()
     finally:
         srv.stop()
+
+
+def test_ctrl_c_stops_the_server_without_a_traceback():
+    """uvicorn re-raises the SIGINT it caught once it has shut down; ``specgw serve`` exits
+    130 (the shell's code for an interrupt) instead of printing that KeyboardInterrupt's
+    traceback after "Finished server process". A real router-mode server: no engine to
+    wait for."""
+    import os
+    import signal
+
+    from conftest import free_port
+
+    srv = Server("ctrl-c", ["--log-format", "text", "--backend",
+                            f"b=http://127.0.0.1:{free_port()}"], ready_path="/health")
+    try:
+        srv.wait_ready(60)
+        os.kill(srv.proc.pid, signal.SIGINT)
+        assert srv.proc.wait(timeout=60) == 130
+        log = srv.log_path.read_text()
+        assert "Finished server process" in log
+        assert "Traceback" not in log
+    finally:
+        srv.stop()
