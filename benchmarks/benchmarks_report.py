@@ -186,6 +186,14 @@ def router_rows(rs: RunSet, st: dict) -> list[list[object]]:
     return rows + router_clock_rows(rs)
 
 
+SPLIT_WHERE = {"own": "the router's own time before its send",
+               "backend": "the backend's first byte after the router's send (the hop to the "
+                          "engine and the engine itself)",
+               "outside": "outside the router's clock (the client's hop to it and back, and "
+                          "its process's event loop before its handler runs or after it "
+                          "reads the first byte)"}
+
+
 def own_clock_split(rs: RunSet, c: int = 64) -> str | None:
     """Where the router's runs spend their first byte, split by means (a mean of a sum is
     the sum of the means; p50s do not add up): per paired repetition, the client's mean
@@ -194,40 +202,49 @@ def own_clock_split(rs: RunSet, c: int = 64) -> str | None:
     what passes outside the router's clock (the client's hop to the router and back, and
     the router process's work before its handler runs or after it reads the first byte).
     The router's histograms also count the warm-up requests the client leaves out."""
-    direct = {r["rep"]: r["bench"] for r in rs.runs("vllm", c) if r["bench"].get("completed")}
     terms: dict[str, list[float]] = {"total": [], "own": [], "backend": [], "outside": []}
-    cpu = []
-    for r in rs.runs("router", c):
-        t, b, d = r.get("router_timing") or {}, r["bench"], direct.get(r["rep"])
-        if d is None or not b.get("completed") or t.get("added_mean_ms") is None \
-                or t.get("backend_ttfb_mean_ms") is None:
+    cpu, extra = [], []
+    for r, d in rs.paired_runs("router", "vllm", c):
+        t, b = r.get("router_timing") or {}, r["bench"]
+        if t.get("added_mean_ms") is None or t.get("backend_ttfb_mean_ms") is None:
             continue
-        terms["total"].append(b["mean_ttft_ms"] - d["mean_ttft_ms"])
+        direct = d["bench"]["mean_ttft_ms"]
+        terms["total"].append(b["mean_ttft_ms"] - direct)
         terms["own"].append(t["added_mean_ms"])
-        terms["backend"].append(t["backend_ttfb_mean_ms"] - d["mean_ttft_ms"])
+        terms["backend"].append(t["backend_ttfb_mean_ms"] - direct)
         terms["outside"].append(b["mean_ttft_ms"] - t["added_mean_ms"]
                                 - t["backend_ttfb_mean_ms"])
-        if (pl := r.get("placement")) and r.get("wall_s"):
+        if t.get("requests") is not None:
+            extra.append(round(t["requests"] - b["completed"]))
+        pl = r.get("placement") or []
+        if pl and r.get("wall_s") and all("cpu_s" in p for p in pl):
             cpu.append(sum(p["cpu_s"] for p in pl) / r["wall_s"])
     if not terms["total"]:
         return None
+    n = len(terms["total"])
     sp = {k: Spread.of(v) for k, v in terms.items()}
-    most = max(("own", "backend", "outside"), key=lambda k: sp[k].median)
-    where = {"own": "in the router's own time before its send",
-             "backend": "between the router's send and the backend's first byte (the hop "
-                        "to the engine and the engine itself)",
-             "outside": "outside the router's clock (the client's hop to it and back, and "
-                        "its process's event loop before its handler runs or after it reads "
-                        "the first byte)"}[most]
-    return (f"by means over {len(terms['total'])} paired repetitions (means add up, p50s "
-            f"do not): the client's mean TTFT through the router minus the direct one "
-            f"{sp['total'].text('{:+.1f}')} ms = the router's own time before its send "
-            f"{sp['own'].text('{:.2f}')} ms + the backend's mean first byte after that send "
-            f"minus the direct mean TTFT {sp['backend'].text('{:+.1f}')} ms + outside the "
-            f"router's clock {sp['outside'].text('{:+.1f}')} ms (medians of each term); the "
-            f"largest median term lies {where}"
-            + (f"; the router process used {Spread.of(cpu).text('{:.2f}')} CPU-seconds per "
-               "second of each run" if cpu else ""))
+    parts = ("own", "backend", "outside")
+    text = (f"the added mean TTFT, by means over {n} paired repetitions (means add up, p50s "
+            f"do not; a mean, not the p50 of target 3): the client's mean TTFT through the "
+            f"router minus the direct one {sp['total'].text('{:+.1f}')} ms = the router's own "
+            f"time before its send {sp['own'].text('{:.2f}')} ms + the backend's mean first "
+            f"byte after that send minus the direct mean TTFT "
+            f"{sp['backend'].text('{:+.1f}')} ms + outside the router's clock "
+            f"{sp['outside'].text('{:+.1f}')} ms (medians of each term)")
+    if sp["total"].median > 0:
+        most = max(parts, key=lambda k: sp[k].median)
+        times = sum(max(parts, key=lambda k: terms[k][i]) == most for i in range(n))
+        wide = max(parts, key=lambda k: sp[k].hi - sp[k].lo)
+        text += (f"; the largest median term is {SPLIT_WHERE[most]}, the largest term in "
+                 f"{times} of {n} repetitions; the term that varies most between "
+                 f"repetitions is {SPLIT_WHERE[wide].split(' (')[0]}")
+    if extra and max(extra) > 0:
+        text += (f"; the router's histograms also count each run's warm-up requests "
+                 f"({span_text(extra)}), which the client's means leave out")
+    if cpu:
+        text += (f"; the router process used {Spread.of(cpu).text('{:.2f}')} CPU-seconds per "
+                 "second of each run's whole bench call (set-up and warm-ups included)")
+    return text
 
 
 def elsewhere_rows(sets: list[RunSet]) -> list[list[object]]:
@@ -495,8 +512,13 @@ def engine_step_lines(sets: list[RunSet]) -> list[str]:
     processes ran), and specgw against its own server with the probes out."""
     cells = [(rs.label, c, o) for rs in sets for c in rs.conc() if c != CLOCK_C
              if (o := engine_step_order(rs, c))]
+    probes = [(rs.label, c, d) for rs in sets for c in rs.conc() if c != CLOCK_C
+              if (d := same_steps_diff(rs, "specgw", "specgw-probes-off", c)) is not None]
+    probe_text = ("With the same steps, specgw's mean step against its own server with the "
+                  "probes out (`specgw-probes-off`, same set): " + ", ".join(
+                      f"`{label}` c={c} ({d:+.1f}%)" for label, c, d in probes) + ".")
     if not cells:
-        return []
+        return [probe_text] if probes else []
     paired = [x for x in cells if x[2][1] is not None]
     longer = sum(bool(o[1]) for _, _, o in paired)
     where = ", ".join(f"`{label}` c={c} ({o[0]:+.1f}%)" for label, c, o in cells)
@@ -505,8 +527,6 @@ def engine_step_lines(sets: list[RunSet]) -> list[str]:
         if any(label == rs.label for label, _, _ in cells):
             stock.setdefault(rs.stock_vllm_text(), []).append(f"`{rs.label}`")
     stock_text = "; ".join(f"{', '.join(labels)}: {text}" for text, labels in stock.items())
-    probes = [(rs.label, c, d) for rs in sets for c in rs.conc() if c != CLOCK_C
-              if (d := same_steps_diff(rs, "specgw", "specgw-probes-off", c)) is not None]
     lines = [f"Under load, where specgw and vllm serve took the same engine steps (within "
              f"{100 * SAME_STEPS:.0f}%: the same batches, so step times compare), specgw's "
              f"mean step on the engine core's clock against vllm serve's: {where}"
@@ -520,9 +540,7 @@ def engine_step_lines(sets: list[RunSet]) -> list[str]:
              "but for vLLM's copy flag (`tests/test_sampling_parity.py`, checked on vLLM "
              "0.32, not on the 0.26 these runs used)."]
     if probes:
-        lines[0] += (" With the same steps, specgw's mean step against its own server with the "
-                     "probes out (`specgw-probes-off`, same set): " + ", ".join(
-                         f"`{label}` c={c} ({d:+.1f}%)" for label, c, d in probes) + ".")
+        lines[0] += " " + probe_text
     else:
         lines[0] += (" These runs do not say what costs the time (a run of "
                      "`specgw-probes-off` with the engine's step timing would).")

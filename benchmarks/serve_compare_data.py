@@ -54,9 +54,12 @@ class RunSet:
                 if any(vv == v for vv, _ in self.cells)]
 
     def stock_vllm_text(self) -> str:
-        """What of specgw ran inside this set's ``vllm`` server, from its recorded env
+        """What of specgw ran inside this set's stock ``vllm serve`` (``vllm``, ``vllm-2``,
+        ``vllm-nospec``, ...; not the runner-V1 plugin variants), from its recorded env
         (sets before ``run8`` recorded none and gave it ``SPECGW_PROBES=0``)."""
-        env = self.meta.get("servers", {}).get("vllm", {}).get("env")
+        stock = [s for v, s in self.meta.get("servers", {}).items()
+                 if v.startswith("vllm") and not v.startswith("vllm-v1-")]
+        env = stock[0].get("env") if stock else None
         if env is not None and env.get("VLLM_PLUGINS") == "":
             return "no plugin loaded (`VLLM_PLUGINS=`), specgw's included"
         return ("specgw's plugin loaded with `SPECGW_PROBES=0`: no probes, but its "
