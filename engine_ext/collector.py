@@ -75,6 +75,12 @@ class ProbeSwitchError(RuntimeError):
     """A probe switch that did not reach every rank."""
 
 
+class ProbeAlternationBusy(RuntimeError):
+    """An alternation (engine_ext.probes.alternate) is still running on some rank."""
+
+    status_code = 409  # both front ends answer it as a conflict, not as a 503
+
+
 class ProbePoller:
     """Self-check once, then keep ``monitoring.metrics.PROBES`` current.
 
@@ -156,6 +162,27 @@ class ProbePoller:
             self._export(snaps)
             return {"enabled": self.enabled, "poll_interval_s": self.poll_interval_s,
                     "ranks": ranks}
+
+    async def alternate(self, steps: int, mode: str = "ab", seed: int = 0) -> dict[str, Any]:
+        """Start a step-by-step A/B of the probes on every rank
+        (:mod:`engine_ext.probes.alternate`); ``alternation()`` reads it back. Raises
+        ``ProbeAlternationBusy`` while one runs (the ranks are asked before any starts)."""
+        async with self._switch_lock:  # not interleaved with a switch
+            if any(r["record"] is not None and not r["record"]["done"]
+                   for r in await self.collective_rpc("specgw_probe_alternation")):
+                raise ProbeAlternationBusy("a probe alternation is running; read "
+                                           "GET /v1/engine/probes/alternate until done")
+            ranks = await self.collective_rpc("specgw_probe_alternate",
+                                              args=(steps, mode, seed))
+            return {"ranks": ranks}
+
+    async def alternation(self, stop: bool = False) -> dict[str, Any]:
+        """Every rank's last alternation record (``done`` once its steps have run);
+        ``stop`` ends a running one first (its record then holds the steps it ran)."""
+        method = "specgw_probe_alternation_stop" if stop else "specgw_probe_alternation"
+        ranks = await self.collective_rpc(method)
+        return {"done": all(r["record"] is not None and r["record"]["done"] for r in ranks),
+                "ranks": ranks}
 
     def _export(self, snaps: list[dict]) -> None:
         from monitoring import metrics as m

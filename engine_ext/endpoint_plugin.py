@@ -10,7 +10,9 @@ vLLM loads it in the API server process only, and only when it is named in
   ``collective_rpc`` methods that read the probes).
 
 What it adds to vLLM's server, nothing else: ``/v1/engine/self_check``,
-``/v1/engine/probes`` (GET: the ledgers; POST: switch the probes in or out), our
+``/v1/engine/probes`` (GET: the ledgers; POST: switch the probes in or out),
+``/v1/engine/probes/alternate`` (the probes' cost measured step by step in this
+engine: POST starts it, GET reads it, DELETE ends it), our
 ``specgw_*`` families on vLLM's own ``/metrics`` (probes are refreshed from every rank
 right before each scrape and every poll interval), and
 request counters for ``/v1/chat/completions`` and ``/v1/completions`` (the same
@@ -25,6 +27,7 @@ import logging
 import os
 import time
 from argparse import Namespace
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -32,7 +35,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from engine_ext.engine import WORKER_EXTENSION
 
 # Module level: FastAPI resolves the route's (postponed) annotation in these globals.
-from gateway.protocol import MIN_POLL_INTERVAL_S, ProbeSwitchRequest
+from gateway.protocol import MIN_POLL_INTERVAL_S, ProbeAlternateRequest, ProbeSwitchRequest
 
 log = logging.getLogger("engine_ext.endpoint_plugin")
 
@@ -71,28 +74,42 @@ class SpecgwEndpoints:
         @router.get("/v1/engine/probes")
         async def probes() -> JSONResponse:
             """Raw per-rank probe ledgers (what /metrics mirrors)."""
-            if self.probes is None:
-                return _error(self.problem or "probes are not ready", 503)
-            from engine_ext.collector import ProbeReadError
-
-            try:
-                return JSONResponse(await self.probes.refresh())
-            except ProbeReadError as exc:
-                return _error(str(exc), 503)
+            return await self._probe_call(lambda p: p.refresh())
 
         @router.post("/v1/engine/probes")
         async def switch_probes(body: ProbeSwitchRequest) -> JSONResponse:
             """Probes in or out on every worker (and the poll interval), no restart."""
-            if self.probes is None:
-                return _error(self.problem or "probes are not ready", 503)
-            try:
-                return JSONResponse(await self.probes.switch(body.enabled,
+            return await self._probe_call(lambda p: p.switch(body.enabled,
                                                              body.poll_interval_s))
-            except RuntimeError as exc:  # a rank did not answer: state unknown, retry
-                return _error(str(exc), 503)
+
+        @router.post("/v1/engine/probes/alternate")
+        async def alternate_probes(body: ProbeAlternateRequest) -> JSONResponse:
+            """The probes' cost in this engine, step by step (probes.alternate)."""
+            return await self._probe_call(lambda p: p.alternate(body.steps, body.mode,
+                                                                body.seed))
+
+        @router.get("/v1/engine/probes/alternate")
+        async def probe_alternation() -> JSONResponse:
+            return await self._probe_call(lambda p: p.alternation())
+
+        @router.delete("/v1/engine/probes/alternate")
+        async def stop_probe_alternation() -> JSONResponse:
+            return await self._probe_call(lambda p: p.alternation(stop=True))
 
         app.include_router(router)
         app.add_middleware(SpecgwMetricsMiddleware, plugin=self)
+
+    async def _probe_call(self, call: Callable[[Any], Awaitable[Any]]):
+        """One worker call's answer as JSON; its failure as an OpenAI-style error: 409
+        for a conflict it names, else 503 (a rank did not answer: state unknown, retry)."""
+        from fastapi.responses import JSONResponse
+
+        if self.probes is None:
+            return _error(self.problem or "probes are not ready", 503)
+        try:
+            return JSONResponse(await call(self.probes))
+        except RuntimeError as exc:
+            return _error(str(exc), getattr(exc, "status_code", 503))
 
     # ------------------------------------------------------------------ phase B
     async def init_state(self, engine_client, state, args: Namespace) -> None:
@@ -219,7 +236,8 @@ class SpecgwMetricsMiddleware:
 def _error(message: str, status: int):
     from fastapi.responses import JSONResponse
 
-    return JSONResponse({"error": {"message": message, "type": "service_unavailable",
+    kind = "conflict_error" if status == 409 else "service_unavailable"
+    return JSONResponse({"error": {"message": message, "type": kind,
                                    "param": None, "code": None}}, status)
 
 

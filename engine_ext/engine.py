@@ -259,6 +259,14 @@ class SpecEngine:
         assert self._probes is not None
         return await self._probes.switch(enabled, poll_interval_s)
 
+    async def alternate_probes(self, steps: int, mode: str, seed: int) -> dict[str, Any]:
+        assert self._probes is not None
+        return await self._probes.alternate(steps, mode, seed)
+
+    async def probe_alternation(self, stop: bool = False) -> dict[str, Any]:
+        assert self._probes is not None
+        return await self._probes.alternation(stop)
+
     async def shutdown(self) -> None:
         from monitoring import metrics as m
 

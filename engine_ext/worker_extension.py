@@ -6,6 +6,7 @@ extension whose attribute names clash with the Worker's."""
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from engine_ext.internals import table_for
@@ -14,8 +15,10 @@ from engine_ext.worker_inspect import drafter_of, graph_plan, runner_kind
 
 class ProbeWorkerExtension:
     def specgw_probe_snapshot(self) -> dict[str, Any]:
+        from engine_ext.probes import alternate
         from engine_ext.probes.ledger import LEDGER
 
+        t0 = time.perf_counter_ns()
         snap = LEDGER.snapshot()
         snap["rank"] = _rank(self)
         snap["pid"] = os.getpid()
@@ -26,7 +29,46 @@ class ProbeWorkerExtension:
         propose = getattr(type(drafter), "propose", None) if drafter is not None else None
         snap["draft_propose_probed"] = drafter is None or bool(
             getattr(propose, "__specgw_probe__", False))
+        if alternate.CURRENT is not None:  # a read inside an alternation is priced apart
+            alternate.CURRENT.note_rpc("snapshot", t0, time.perf_counter_ns())
         return snap
+
+    def specgw_probe_alternate(self, steps: int, mode: str = "ab", seed: int = 0
+                               ) -> dict[str, Any]:
+        """Start an alternation (engine_ext.probes.alternate) over the next ``steps``
+        engine steps; refused while one runs."""
+        from engine_ext.probes import alternate
+
+        cur = alternate.CURRENT
+        if cur is not None and not cur.done:
+            raise RuntimeError("a probe alternation is already running")
+        t = table_for()
+        alt = alternate.Alternation(self, t.worker_step_method, t.scheduler_output_fields,
+                                    int(steps), str(mode), int(seed))
+        alternate.CURRENT = alt
+        alt.start()
+        return {"rank": _rank(self), "started": True, "steps": alt.steps, "mode": alt.mode}
+
+    def specgw_probe_alternation_stop(self) -> dict[str, Any]:
+        """End the running alternation now (probes back as they were before it)."""
+        from engine_ext.probes import alternate
+
+        cur = alternate.CURRENT
+        if cur is not None:
+            cur.finish()
+        return {"rank": _rank(self), "record": None if cur is None else cur.record()}
+
+    def specgw_probe_alternation(self) -> dict[str, Any]:
+        """The last alternation's record so far ({"rank", "record": None} if none ran)."""
+        from engine_ext.probes import alternate
+
+        t0 = time.perf_counter_ns()
+        cur = alternate.CURRENT
+        if cur is None:
+            return {"rank": _rank(self), "record": None}
+        record = cur.record()
+        cur.note_rpc("alternation_read", t0, time.perf_counter_ns())
+        return {"rank": _rank(self), "record": record}
 
     def specgw_probes_set(self, enabled: bool) -> dict[str, Any]:
         """Switch this worker's probes in or out (between forwards: vLLM runs

@@ -80,6 +80,17 @@ class SpecEngine(Protocol):
         ``RuntimeError`` when a worker did not answer (its state is then unknown)."""
         ...
 
+    async def alternate_probes(self, steps: int, mode: str, seed: int) -> dict[str, Any]:
+        """Start the probes' step-by-step A/B over the next ``steps`` engine steps.
+        Raises ``RuntimeError``: with ``status_code`` 409 while one runs, else when a
+        worker did not answer."""
+        ...
+
+    async def probe_alternation(self, stop: bool = False) -> dict[str, Any]:
+        """``{"done", "ranks": [{"rank", "record"}]}`` of the last alternation; ``stop``
+        ends a running one first."""
+        ...
+
     @property
     def tokenizer(self) -> Tokenizer: ...
 

@@ -236,3 +236,20 @@ class ProbeSwitchRequest(BaseModel):
     # Strict: true or "5" are refused, as for ``enabled``.
     poll_interval_s: Annotated[float, Field(strict=True, ge=MIN_POLL_INTERVAL_S,
                                             le=3600.0)] | None = None
+
+
+ALTERNATE_MAX_STEPS = 200_000  # as engine_ext.probes.alternate.MAX_STEPS: 200k steps of
+# records is a few MB in one RPC answer
+
+
+class ProbeAlternateRequest(BaseModel):
+    """``POST /v1/engine/probes/alternate``: measure the probes' cost inside the running
+    engine, step by step (engine_ext.probes.alternate): ``ab`` switches them in and out
+    in pairs of steps, ``aa`` is the control with them in on both sides."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    steps: Annotated[int, Field(strict=True, ge=2, le=ALTERNATE_MAX_STEPS,
+                                multiple_of=2)]
+    mode: Literal["ab", "aa"] = "ab"
+    seed: Annotated[int, Field(strict=True, ge=0, le=2**32 - 1)] = 0

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
@@ -17,7 +19,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from gateway.dispatch import Dispatcher
 from gateway.engine_api import SpecEngine
 from gateway.errors import OpenAIError
-from gateway.protocol import ChatCompletionRequest, CompletionRequest, ProbeSwitchRequest
+from gateway.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    ProbeAlternateRequest,
+    ProbeSwitchRequest,
+)
 from gateway.remote_backend import RemoteBackend
 from gateway.routing import Router
 from gateway.strict_json import StrictJSONRoute
@@ -45,6 +52,26 @@ def require_engine(request: Request) -> SpecEngine:
     if engine is None:
         raise OpenAIError("this gateway has no in-process engine", 404, "not_found_error")
     return engine
+
+
+def ready_engine(request: Request) -> SpecEngine:
+    engine = require_engine(request)
+    if not engine.ready:
+        raise OpenAIError("engine is not ready", 503, "service_unavailable")
+    return engine
+
+
+async def engine_answer(request: Request,
+                        call: Callable[[SpecEngine], Awaitable[Any]]) -> Response:
+    """A call into the ready engine's workers as JSON. Its failure: 409 for a conflict it
+    names, else 503 (a worker did not answer in time; its state is then unknown)."""
+    engine = ready_engine(request)
+    try:
+        return JSONResponse(await call(engine))
+    except RuntimeError as exc:
+        status = getattr(exc, "status_code", 503)
+        raise OpenAIError(str(exc), status, "conflict_error" if status == 409
+                          else "service_unavailable") from exc
 
 
 # ------------------------------------------------------------------------- ops
@@ -87,25 +114,32 @@ async def metrics(request: Request) -> Response:
 @ops_routes.get("/v1/engine/probes")
 async def probes(request: Request) -> Response:
     """Raw per-rank probe ledgers (what /metrics mirrors), for debugging and tests."""
-    engine = require_engine(request)
-    if not engine.ready:
-        raise OpenAIError("engine is not ready", 503, "service_unavailable")
-    try:
-        return JSONResponse(await engine.refresh_probes())
-    except RuntimeError as exc:  # the workers did not answer in time
-        raise OpenAIError(str(exc), 503, "service_unavailable") from exc
+    return await engine_answer(request, lambda e: e.refresh_probes())
 
 
 @api_routes.post("/v1/engine/probes")
 async def switch_probes(request: Request, body: ProbeSwitchRequest) -> Response:
     """Probes in or out on every worker (and the poll interval), without a restart."""
-    engine = require_engine(request)
-    if not engine.ready:
-        raise OpenAIError("engine is not ready", 503, "service_unavailable")
-    try:
-        return JSONResponse(await engine.switch_probes(body.enabled, body.poll_interval_s))
-    except RuntimeError as exc:  # a rank did not answer: its state is unknown, try again
-        raise OpenAIError(str(exc), 503, "service_unavailable") from exc
+    return await engine_answer(request, lambda e: e.switch_probes(body.enabled,
+                                                                  body.poll_interval_s))
+
+
+@api_routes.post("/v1/engine/probes/alternate")
+async def alternate_probes(request: Request, body: ProbeAlternateRequest) -> Response:
+    """The probes' cost in this engine, step by step (engine_ext.probes.alternate)."""
+    return await engine_answer(request, lambda e: e.alternate_probes(body.steps, body.mode,
+                                                                     body.seed))
+
+
+@ops_routes.get("/v1/engine/probes/alternate")
+async def probe_alternation(request: Request) -> Response:
+    return await engine_answer(request, lambda e: e.probe_alternation())
+
+
+@api_routes.delete("/v1/engine/probes/alternate")
+async def stop_probe_alternation(request: Request) -> Response:
+    """End a running alternation now; answers its record so far."""
+    return await engine_answer(request, lambda e: e.probe_alternation(stop=True))
 
 
 @ops_routes.get("/v1/engine/self_check")

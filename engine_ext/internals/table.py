@@ -74,6 +74,13 @@ class InternalsTable:
     worker_base_class: tuple[str, str] = ("vllm.v1.worker.worker_base", "WorkerBase")
     worker_runner_attr: str = "model_runner"  # set in WorkerBase.__init__
     worker_rank_attr: str = "rank"
+    # The probes' step-by-step A/B (engine_ext.probes.alternate): the worker method
+    # vLLM's worker wrapper calls once per engine step, and what the scheduler's output
+    # says of that step (its total tokens; its per-request token dict).
+    worker_step_method: str = "execute_model"
+    scheduler_output_class: tuple[str, str] = ("vllm.v1.core.sched.output", "SchedulerOutput")
+    scheduler_output_fields: tuple[str, str] = ("total_num_scheduled_tokens",
+                                                "num_scheduled_tokens")
     runner_config_attr: str = "vllm_config"  # on both runners
     # (module, class, fields) of the config read for the graph plan and by the repair.
     config_fields: tuple[tuple[str, str, tuple[str, ...]], ...] = (
@@ -243,8 +250,9 @@ class InternalsTable:
         return found
 
     def drafter_touch_points(self) -> list[tuple[str, str, str]]:
-        """``(module, class, name)`` for every vLLM name the drafter code reads: ``class``
-        empty means a module-level name; ``name`` empty means the class itself. Many are
+        """``(module, class, name)`` for every vLLM name the drafter code and the worker
+        extension read (the probes' step alternation too): ``class`` empty means a
+        module-level name; ``name`` empty means the class itself. Many are
         instance attributes, so the guard test checks them in the source (AST)."""
         pts: list[tuple[str, str, str]] = [
             (self.registry_module, self.registry_class, self.registry_resolve_method),
@@ -263,6 +271,9 @@ class InternalsTable:
             (self.v1_runner_module, self.v1_runner_class, self.runner_config_attr),
             (self.v2_runner_module, self.v2_runner_class, self.runner_config_attr),
         ]
+        pts += [(*self.worker_base_class, self.worker_step_method),
+                ("vllm.v1.worker.worker_base", "WorkerWrapperBase", self.worker_step_method)]
+        pts += [(*self.scheduler_output_class, f) for f in self.scheduler_output_fields]
         pts += [(*self.v2_speculator, a) for a in self.v2_draft_manager_attrs]
         pts += [(self.v2_cudagraph_module, "CudaGraphManager", a) for a in self.v2_manager_fields]
         pts += [(*self.dispatcher_class, a) for a in self.dispatcher_fields]

@@ -1,0 +1,123 @@
+"""The probes' cost measured step by step inside one running engine: in on one engine
+step, out on the next.
+
+Why: on the H200's host two windows of the same server seconds apart differ by tens of
+percent (docs/benchmarks.md, section 2), far more than the probes could cost, so a
+comparison of windows, or of two server processes, cannot resolve the 1% the probes are
+held to. Neighbouring engine steps of a steady batch do the same work milliseconds apart,
+and whatever slows the host for seconds slows both. So for ``steps`` engine steps the
+worker's step method is wrapped to switch the probes (``install.set_enabled``) before
+each step, in pairs: one step in, one out, the order of each pair drawn at random (a
+seeded coin), and to record when each step started and what the scheduler gave it. A
+step's time is the start of the next step less its own start: everything the engine's
+loop did for that step (schedule, forward, sample, draft, output), probes in or out.
+
+``mode="aa"`` is the control: the same schedule and the same switching call per step,
+but the probes stay in on both sides of every pair. Its difference must come out at zero
+within its error bar, or the method is biased.
+
+While an alternation runs the ledger counts only the steps the probes are in on; the
+probes' own RPC reads (``specgw_probe_snapshot``) are recorded as spans, so the steps
+that a read fell into can be left out of the step comparison and priced separately.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from typing import Any
+
+from engine_ext.internals.install import set_enabled
+from engine_ext.probes.ledger import LEDGER, Ledger
+
+MODES = ("ab", "aa")
+MAX_STEPS = 200_000
+
+
+class Alternation:
+    """One alternation over ``steps`` engine steps of one worker (see the module doc)."""
+
+    def __init__(self, worker: Any, step_method: str, token_fields: tuple[str, str],
+                 steps: int, mode: str, seed: int, ledger: Ledger = LEDGER):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if not 2 <= steps <= MAX_STEPS or steps % 2:
+            raise ValueError(f"steps must be even, 2..{MAX_STEPS}, got {steps}")
+        self.worker, self.step_method, self.mode, self.steps = worker, step_method, mode, steps
+        self.total_field, self.per_request_field = token_fields
+        self.ledger = ledger
+        rng = random.Random(seed)
+        # 1 = probes in. Each pair is (1, 0) or (0, 1) by a coin, so "in" is not always
+        # first (the first step after a switch would otherwise carry any switching cost).
+        self.schedule: list[int] = []
+        for _ in range(steps // 2):
+            self.schedule += [1, 0] if rng.random() < 0.5 else [0, 1]
+        self.t_ns: list[int] = []
+        self.tokens: list[int] = []
+        self.reqs: list[int] = []
+        self.rpc_spans: list[tuple[int, int]] = []
+        self.done = False
+        self._lock = threading.Lock()  # the RPC thread reads while the model thread runs
+        self._original = getattr(worker, step_method)
+        self._was_enabled = ledger.enabled
+        # Drafter proposes the ledger counted over the window: one per step the probes
+        # were in on (a check that the switch reached the worker; read at start and end
+        # only, never per step).
+        self._proposes_at_start: int | None = None
+        self.proposes_counted: int | None = None
+
+    def start(self) -> None:
+        # An instance attribute shadows the class's method for this worker alone; vLLM's
+        # worker wrapper looks the method up on the worker at every step.
+        self._proposes_at_start = self.ledger.proposes
+        setattr(self.worker, self.step_method, self._step)
+
+    def _step(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+        now = time.perf_counter_ns()
+        i = len(self.t_ns)
+        if i < self.steps:
+            state = self.schedule[i] if self.mode == "ab" else 1
+            set_enabled(bool(state), self.ledger)
+            per_req = getattr(scheduler_output, self.per_request_field, None) or {}
+            with self._lock:
+                self.t_ns.append(now)
+                self.tokens.append(int(getattr(scheduler_output, self.total_field, 0)))
+                self.reqs.append(len(per_req))
+        else:  # this step's start closes the last measured step
+            with self._lock:
+                self.t_ns.append(now)
+            self.finish()
+        return self._original(scheduler_output, *args, **kwargs)
+
+    def finish(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        self.worker.__dict__.pop(self.step_method, None)
+        set_enabled(self._was_enabled, self.ledger)
+        if self._proposes_at_start is not None:
+            self.proposes_counted = self.ledger.proposes - self._proposes_at_start
+
+    def note_rpc(self, kind: str, t0_ns: int, t1_ns: int) -> None:
+        """One of our RPCs ran on the model's thread from ``t0_ns`` to ``t1_ns``: the
+        step it fell into did more than a step's work."""
+        if not self.done:
+            with self._lock:
+                self.rpc_spans.append((kind, t0_ns, t1_ns))
+
+    def record(self) -> dict[str, Any]:
+        """The whole record once done; before, only how far it got (a reader polling a
+        running alternation must not cost the steps it measures a copy of every list)."""
+        with self._lock:
+            head = {"mode": self.mode, "steps": self.steps, "done": self.done,
+                    "recorded": min(len(self.tokens), self.steps)}
+            if not self.done:
+                return head
+            return {**head, "proposes_counted": self.proposes_counted,
+                    "state": self.schedule, "t_ns": list(self.t_ns),
+                    "tokens": list(self.tokens), "reqs": list(self.reqs),
+                    "rpc_spans": [list(s) for s in self.rpc_spans]}
+
+
+CURRENT: Alternation | None = None  # this process's last alternation
