@@ -257,7 +257,8 @@ def report(data: dict) -> list[str]:
             f"poll: {verdict_text(data, 'on-poll-1s')}."]
 
 
-def meta(a: argparse.Namespace) -> dict:
+def run_meta(bench: str, argv: list[str]) -> dict:
+    """Where and when a probe-cost run ran, and the command that ran it."""
     import torch
     import vllm
 
@@ -268,10 +269,13 @@ def meta(a: argparse.Namespace) -> dict:
                                            else f"{os.cpu_count()} CPU cores"),
             "vllm": vllm.__version__, "torch": torch.__version__,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "load_client": "aiohttp",
+            "command": f"python -m benchmarks.{bench} " + " ".join(argv)}
+
+
+def meta(a: argparse.Namespace) -> dict:
+    return {**run_meta("probe_toggle", a.argv), "load_client": "aiohttp",
             "groups": a.groups, "window_s": a.window_s, "settle_s": a.settle_s,
-            "poll_s": a.poll_s, "prompt_words": a.prompt_words, "output_len": a.output_len,
-            "command": "python -m benchmarks.probe_toggle " + " ".join(a.argv)}
+            "poll_s": a.poll_s, "prompt_words": a.prompt_words, "output_len": a.output_len}
 
 
 def run(a: argparse.Namespace) -> dict:

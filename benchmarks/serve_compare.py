@@ -20,6 +20,10 @@ Servers (``--variants``, any subset; each a real process on 127.0.0.1):
 * ``router``            ``specgw serve --backend`` in front of the ``vllm`` server (routing
                         only, no engine of its own): router overhead vs ``vllm``
 * ``specgw-defaults`` / ``vllm-defaults``  each server with only model, draft and k given
+* ``vllm-plugin``       ``vllm`` with specgw's plugin loaded as the README tells a vLLM user
+                        (``VLLM_PLUGINS``, ``--worker-extension-cls``; probes on, vLLM's
+                        runner choice): against ``vllm`` the plugin's cost in vLLM's own
+                        server, against ``specgw`` the gateway's front end
 
 Speculation against none, and the drafter's graphs against an eager drafter (issue #14's
 "target big enough for speculation to pay"; run with ``--pair`` on the device-built 1 B
@@ -99,8 +103,9 @@ from benchmarks.harness import (
 SERVED = "bench"
 VARIANTS = ("specgw", "specgw-2", "vllm", "vllm-2", "specgw-probes-off", "specgw-poll-1s",
             "router", "specgw-defaults", "vllm-defaults", "vllm-nospec", "vllm-v1-piecewise",
-            "vllm-v1-eager-draft")
+            "vllm-v1-eager-draft", "vllm-plugin")
 V1_PLUGIN = ("vllm-v1-piecewise", "vllm-v1-eager-draft")
+PLUGIN_LOADED = (*V1_PLUGIN, "vllm-plugin")
 BUNDLED = ROOT / "models" / "tiny-code-llama"
 # Fields of each vllm bench serve result kept per run (the per-request lists are not).
 KEEP = ("duration", "completed", "failed", "total_input_tokens", "total_output_tokens",
@@ -148,7 +153,7 @@ def vllm_flags(cfg: dict, same: bool, variant: str = "vllm") -> list[str]:
         if variant == "vllm-v1-eager-draft":
             spec["enforce_eager"] = True
         flags += ["--speculative-config", json.dumps(spec)]
-    if variant in V1_PLUGIN:
+    if variant in PLUGIN_LOADED:
         from engine_ext.engine import WORKER_EXTENSION
 
         flags += ["--worker-extension-cls", WORKER_EXTENSION]
@@ -164,12 +169,13 @@ def vllm_flags(cfg: dict, same: bool, variant: str = "vllm") -> list[str]:
 
 def vllm_env(variant: str) -> dict[str, str]:
     """Stock (no plugin loaded: vLLM matches ``VLLM_PLUGINS`` by name and none is named
-    ""), or runner V1 with the plugin loaded."""
-    if variant not in V1_PLUGIN:
+    ""), the plugin loaded as the README tells a vLLM user, or that on runner V1."""
+    if variant not in PLUGIN_LOADED:
         return {"VLLM_PLUGINS": ""}
     from engine_ext.vllm_serve import plugin_serve_env
 
-    return {**plugin_serve_env(), "VLLM_USE_V2_MODEL_RUNNER": "0"}
+    v1 = {"VLLM_USE_V2_MODEL_RUNNER": "0"} if variant in V1_PLUGIN else {}
+    return {**plugin_serve_env(), **v1}
 
 
 def specgw_flags(cfg: dict, same: bool, max_c: int) -> tuple[list[str], dict]:

@@ -1,0 +1,201 @@
+"""Reads ``probe_alternate.py``'s raw records: pairs of neighbouring engine steps, the
+probes' overhead per step with bootstrap intervals, the price of a probe read, and target
+2's verdict per concurrency and poll interval. Also writes that run's own report; the
+issue's page (``benchmarks_report.py``) takes its rows from :func:`verdicts`."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+import numpy as np
+
+from benchmarks.report import md_table, num
+
+THRESHOLD_PCT = 1.0  # issue #14, target 2
+POLL_INTERVALS_S = (5.0, 1.0)  # the default and the shortest accepted
+NEIGHBOURS = 20  # steps each side a probe read's step is compared with
+BOOTSTRAP = 1000
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """An overhead in % with its bootstrap 95% interval."""
+
+    value: float
+    lo: float
+    hi: float
+
+    def text(self, fmt: str = "{:+.2f}") -> str:
+        return f"{fmt.format(self.value)} ({fmt.format(self.lo)} to {fmt.format(self.hi)})"
+
+
+def intervals(rec: dict) -> list[int]:
+    """Each step's duration in ns: its start to the next step's start."""
+    t = rec["t_ns"]
+    return [t[i + 1] - t[i] for i in range(len(t) - 1)]
+
+
+def rpc_steps(rec: dict, kind: str | None = None) -> dict[int, str]:
+    """The steps one of our RPCs fell into (``kind`` None: any kind), step -> kind."""
+    t = rec["t_ns"]
+    out: dict[int, str] = {}
+    for k, t0, _t1 in rec["rpc_spans"]:
+        if kind is not None and k != kind:
+            continue
+        i = int(np.searchsorted(t, t0, side="right")) - 1
+        if 0 <= i < len(t) - 1:
+            out[i] = k
+    return out
+
+
+def step_pairs(rec: dict) -> tuple[list[tuple[int, int]], int]:
+    """(in_ns, out_ns) of every pair of neighbouring steps that did the same work (the same
+    scheduled tokens and requests, neither empty) with no RPC of ours in either; and how
+    many pairs there were. In an ``aa`` record 'in' and 'out' are the schedule's labels
+    (the probes were in on both)."""
+    d, hit = intervals(rec), rpc_steps(rec)
+    tokens, reqs, state = rec["tokens"], rec["reqs"], rec["state"]
+    pairs, total = [], 0
+    for a in range(0, len(d) - 1, 2):
+        b = a + 1
+        total += 1
+        if a in hit or b in hit or not tokens[a]:
+            continue
+        if tokens[a] != tokens[b] or reqs[a] != reqs[b]:
+            continue
+        on, off = (a, b) if state[a] == 1 else (b, a)
+        pairs.append((d[on], d[off]))
+    return pairs, total
+
+
+def overhead(pairs: list[tuple[int, int]], seed: int = 0) -> tuple[Estimate, Estimate]:
+    """(sum of 'in' over sum of 'out' - 1, median of the paired ratios - 1), in %, each with
+    a bootstrap 95% interval over the pairs."""
+    a = np.asarray(pairs, dtype=float)
+    on, off = a[:, 0], a[:, 1]
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(a), size=(BOOTSTRAP, len(a)))
+    sums = 100 * (on[idx].sum(axis=1) / off[idx].sum(axis=1) - 1)
+    ratios = on / off - 1
+    meds = 100 * np.median(ratios[idx], axis=1)
+
+    def est(value: float, boot: np.ndarray) -> Estimate:
+        lo, hi = np.percentile(boot, [2.5, 97.5])
+        return Estimate(float(value), float(lo), float(hi))
+
+    return (est(100 * (on.sum() / off.sum() - 1), sums),
+            est(100 * float(np.median(ratios)), meds))
+
+
+def read_costs(rec: dict) -> list[float]:
+    """What each probe read (the poller's ``specgw_probe_snapshot``) cost the engine's
+    loop, in ns: the step it fell into less the median of its neighbours that did the
+    same work with no RPC in them."""
+    d, hit = intervals(rec), rpc_steps(rec)
+    tokens = rec["tokens"]
+    out = []
+    for i in rpc_steps(rec, "snapshot"):
+        near = [d[j] for j in range(max(0, i - NEIGHBOURS), min(len(d), i + NEIGHBOURS + 1))
+                if j != i and j not in hit and tokens[j] == tokens[i]]
+        if near:
+            out.append(d[i] - statistics.median(near))
+    return out
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One concurrency's reading."""
+
+    concurrency: int
+    ab: Estimate  # sum-based, what throughput sees
+    ab_median: Estimate
+    aa: Estimate
+    aa_median: Estimate
+    pairs: dict[str, tuple[int, int]]  # mode -> (counted, all)
+    step_ms: float  # median 'out' step of the ab pairs
+    read_ms: float | None  # mean cost of one probe read
+    reads: int
+
+    def poll_pct(self, interval_s: float) -> float:
+        return 0.0 if self.read_ms is None else 100 * self.read_ms / 1000 / interval_s
+
+    @property
+    def control_ok(self) -> bool:
+        return self.aa.lo <= 0 <= self.aa.hi
+
+    def verdict(self, interval_s: float) -> tuple[str, Estimate]:
+        """'yes' / 'no' / 'not resolved' against 1%, and the total: the step overhead
+        plus the poll's share of the loop at that interval."""
+        p = self.poll_pct(interval_s)
+        total = Estimate(self.ab.value + p, self.ab.lo + p, self.ab.hi + p)
+        if total.hi <= THRESHOLD_PCT:
+            return "yes", total
+        if total.lo > THRESHOLD_PCT:
+            return "no", total
+        return "not resolved", total
+
+
+def records(cell: dict, mode: str) -> list[dict]:
+    return [rank["record"] for blk in cell["blocks"] if blk["mode"] == mode
+            for rank in blk["ranks"]]
+
+
+def cell_reading(cell: dict) -> Cell:
+    found: dict[str, tuple] = {}
+    counts: dict[str, tuple[int, int]] = {}
+    for mode in ("ab", "aa"):
+        pairs, total = [], 0
+        for rec in records(cell, mode):
+            p, n = step_pairs(rec)
+            pairs += p
+            total += n
+        counts[mode] = (len(pairs), total)
+        found[mode] = (overhead(pairs, seed=cell["concurrency"]), pairs)
+    costs = [c for mode in ("ab", "aa") for rec in records(cell, mode) for c in read_costs(rec)]
+    (ab, ab_med), ab_pairs = found["ab"]
+    (aa, aa_med), _ = found["aa"]
+    return Cell(cell["concurrency"], ab, ab_med, aa, aa_med, counts,
+                statistics.median(off for _, off in ab_pairs) / 1e6,
+                statistics.fmean(costs) / 1e6 if costs else None, len(costs))
+
+
+def verdicts(data: dict) -> list[Cell]:
+    return [cell_reading(c) for c in data["cells"]]
+
+
+def report(data: dict) -> list[str]:
+    m = data["meta"]
+    cells = verdicts(data)
+    lines = [
+        "# Probe cost step by step inside one engine (#14, target 2)", "",
+        f"`{m['command']}`, {m['date']}, {m.get('device_name', m['device'])}, vLLM "
+        f"{m['vllm']}, torch {m['torch']}. One `specgw serve` (serve_compare's engine "
+        f"configuration); per concurrency {m['blocks']} alternations of {m['steps']} engine "
+        f"steps, `ab` and `aa` in turn, under closed-loop greedy load of {m['output_len']} "
+        f"tokens per request; the probe poller read the ledgers every {m['poll_s']:g} s. "
+        "Protocol and analysis: `benchmarks/probe_alternate.py`, "
+        "`benchmarks/probe_alternate_data.py`; raw records: `probe_alternate.json`.", "",
+        "Overhead = sum of the steps with the probes in / sum of their neighbours with the "
+        "probes out - 1, over pairs of neighbouring steps that did the same work "
+        "(bootstrap 95% interval over pairs); `aa` is the control, the probes in on both "
+        "sides of every pair (it must read zero within its interval).", "",
+        *md_table(["concurrency", "step ms (out, median)", "ab pairs counted",
+                   "ab overhead % (sum)", "ab overhead % (median of pairs)",
+                   "aa pairs counted", "aa 'overhead' % (sum)", "control reads zero?",
+                   "probe reads priced", "one read costs ms (mean)"],
+                  [[c.concurrency, num(c.step_ms, "{:.3f}"),
+                    f"{c.pairs['ab'][0]} of {c.pairs['ab'][1]}", c.ab.text(),
+                    c.ab_median.text(), f"{c.pairs['aa'][0]} of {c.pairs['aa'][1]}",
+                    c.aa.text(), "yes" if c.control_ok else "**no**", c.reads,
+                    num(c.read_ms, "{:.3f}")] for c in cells]), "",
+        "Target 2: probe overhead <= 1% at every concurrency, with the poll's share of the "
+        "engine loop (one read's mean cost / interval) added to the step overhead and to "
+        "both ends of its interval:", "",
+        *md_table(["concurrency", *(f"poll every {p:g} s: overhead % (95% interval)"
+                                    for p in POLL_INTERVALS_S),
+                   *(f"<= 1% (poll {p:g} s)?" for p in POLL_INTERVALS_S)],
+                  [[c.concurrency, *(c.verdict(p)[1].text() for p in POLL_INTERVALS_S),
+                    *(c.verdict(p)[0] for p in POLL_INTERVALS_S)] for c in cells]),
+    ]
+    return lines

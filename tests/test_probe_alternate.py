@@ -1,0 +1,180 @@
+"""The probes' step-by-step A/B (``/v1/engine/probes/alternate``,
+``engine_ext.probes.alternate``) on the real CPU engine, in ``specgw serve`` and in a
+stock ``vllm serve`` with the plugin; and its analysis (``probe_alternate_data``) on
+records whose answer is known."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+import time
+
+import httpx
+import pytest
+from conftest import MODEL, Server
+
+from benchmarks import probe_alternate_data as pad
+
+ROUTE = "/v1/engine/probes/alternate"
+
+
+class _Load:
+    """Greedy completions one after another in the background until stopped: engine
+    steps keep coming whatever the machine's speed."""
+
+    def __init__(self, client, model: str):
+        self.stop = threading.Event()
+
+        def loop() -> None:
+            while not self.stop.is_set():
+                client.completions.create(model=model, prompt="def f(x):\n", max_tokens=64,
+                                          temperature=0, extra_body={"ignore_eos": True})
+
+        self.thread = threading.Thread(target=loop, daemon=True)
+        self.thread.start()
+
+    def __enter__(self) -> _Load:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=120)
+
+
+def _run(url: str, steps: int, mode: str, timeout: float = 120) -> dict:
+    r = httpx.post(url + ROUTE, json={"steps": steps, "mode": mode, "seed": 7}, timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.json()["ranks"][0]["started"] is True
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = httpx.get(url + ROUTE, timeout=60).json()
+        if got["done"]:
+            return got["ranks"][0]["record"]
+        time.sleep(0.3)
+    raise AssertionError(f"alternation not done: {got}")
+
+
+def _check_alternation(url: str, client, model: str) -> None:
+    with _Load(client, model):
+        for mode in ("ab", "aa"):
+            rec = _run(url, 40, mode)
+            assert rec["done"] and rec["mode"] == mode and rec["recorded"] == 40
+            t, state = rec["t_ns"], rec["state"]
+            assert len(t) == 41 and all(b > a for a, b in itertools.pairwise(t))
+            # Pairs of steps, one in and one out each, in a seeded random order.
+            assert all(sorted(state[i:i + 2]) == [0, 1] for i in range(0, 40, 2))
+            assert 0 < sum(state[i] for i in range(0, 40, 2)) < 20
+            # A step can schedule nothing (between one request's end and the next's
+            # arrival); under steady load most schedule the running request.
+            busy = [tok > 0 for tok in rec["tokens"]]
+            assert sum(busy) >= 30 and all(r > 0 for r, b in zip(rec["reqs"], busy) if b)
+            # The switch reached the worker: the ledger counted the drafter's propose on
+            # exactly the busy steps the probes were in on (every busy step in the control).
+            on = [s if mode == "ab" else 1 for s in state]
+            assert rec["proposes_counted"] == sum(o for o, b in zip(on, busy) if b), rec
+    probes = httpx.get(url + "/v1/engine/probes", timeout=60).json()
+    assert probes[0]["enabled"] is True  # put back as they were
+
+
+def test_alternation_switches_the_probes_step_by_step(base_url, client):
+    _check_alternation(base_url, client, MODEL)
+
+
+def test_a_second_alternation_is_refused_and_delete_ends_the_first(base_url):
+    # No load: the first waits for engine steps that do not come.
+    r = httpx.post(base_url + ROUTE, json={"steps": 1000}, timeout=60)
+    assert r.status_code == 200, r.text
+    try:
+        again = httpx.post(base_url + ROUTE, json={"steps": 10, "mode": "aa"}, timeout=60)
+        assert again.status_code == 409, again.text
+        assert again.json()["error"]["type"] == "conflict_error"
+        assert httpx.get(base_url + ROUTE, timeout=60).json()["done"] is False
+    finally:
+        stopped = httpx.delete(base_url + ROUTE, timeout=60)
+    assert stopped.status_code == 200 and stopped.json()["done"] is True
+    assert httpx.post(base_url + ROUTE, json={"steps": 2}, timeout=60).status_code == 200
+    httpx.delete(base_url + ROUTE, timeout=60)
+
+
+@pytest.mark.parametrize("body", [{"steps": 41}, {"steps": 0}, {"steps": "40"},
+                                  {"steps": 40.0}, {"steps": 400_002}, {"steps": 40, "mode": "x"},
+                                  {"steps": 40, "seed": -1}, {"steps": 40, "extra": 1}, {}])
+def test_alternation_refuses_bad_bodies_with_a_400(base_url, body):
+    r = httpx.post(base_url + ROUTE, json=body, timeout=60)
+    assert r.status_code == 400, (body, r.status_code, r.text)
+    assert r.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_alternation_inside_vllm_serve(vllm_serve: Server):
+    from conftest import openai_client
+
+    from engine_ext.vllm_serve import SERVED_MODEL
+
+    _check_alternation(vllm_serve.url, openai_client(vllm_serve.url), SERVED_MODEL)
+
+
+# ---------------------------------------------------------------- the analysis
+def _record(d_on: list[float], d_off: list[float], seed: int = 0,
+            tokens: list[int] | None = None, spans: list | None = None) -> dict:
+    """A record whose pairs last d_on / d_off ns, in a random order per pair."""
+    rng = random.Random(seed)
+    state, durs = [], []
+    for on, off in zip(d_on, d_off, strict=True):
+        if rng.random() < 0.5:
+            state += [1, 0]
+            durs += [on, off]
+        else:
+            state += [0, 1]
+            durs += [off, on]
+    t = [0]
+    for d in durs:
+        t.append(t[-1] + int(d))
+    n = len(durs)
+    return {"mode": "ab", "steps": n, "done": True, "state": state, "t_ns": t,
+            "tokens": tokens or [16] * n, "reqs": [4] * n, "rpc_spans": spans or []}
+
+
+def test_overhead_recovers_a_known_cost_and_its_interval_covers_it():
+    rng = random.Random(1)
+    off = [3e6 * rng.uniform(0.7, 1.6) for _ in range(3000)]  # host swings of +-50%
+    on = [x * 1.02 * rng.uniform(0.99, 1.01) for x in off]  # +2% per step
+    (total, median) = pad.overhead(pad.step_pairs(_record(on, off))[0])
+    assert total.lo < 2.0 < total.hi and total.hi - total.lo < 0.5
+    assert median.lo < 2.0 < median.hi
+    same = pad.overhead(pad.step_pairs(_record(off, off))[0])[0]
+    assert same.value == 0 and same.lo <= 0 <= same.hi
+
+
+def test_pairs_with_other_work_or_an_rpc_are_left_out():
+    rec = _record([1e6] * 4, [1e6] * 4, tokens=[16, 16, 16, 20, 16, 16, 16, 16])
+    t = rec["t_ns"]
+    rec["rpc_spans"] = [["snapshot", t[4] + 10, t[4] + 20]]  # inside step 4
+    pairs, total = pad.step_pairs(rec)
+    assert total == 4 and len(pairs) == 2  # pair 1 (tokens differ), pair 2 (the RPC)
+
+
+def test_a_probe_read_is_priced_from_its_step_and_its_neighbours():
+    on, off = [2e6] * 50, [2e6] * 50
+    rec = _record(on, off)
+    d = pad.intervals(rec)
+    # Step 60 lasted 0.5 ms longer, and a probe read fell into it.
+    rec["t_ns"] = [0]
+    for i, x in enumerate(d):
+        rec["t_ns"].append(rec["t_ns"][-1] + int(x + (5e5 if i == 60 else 0)))
+    rec["rpc_spans"] = [["snapshot", rec["t_ns"][60] + 1, rec["t_ns"][60] + 2]]
+    assert pad.read_costs(rec) == [5e5]
+
+
+def test_verdict_branches():
+    def cell(ab: pad.Estimate, read_ms: float | None = None) -> pad.Cell:
+        z = pad.Estimate(0.0, -0.1, 0.1)
+        return pad.Cell(1, ab, ab, z, z, {"ab": (1, 1), "aa": (1, 1)}, 2.0, read_ms, 1)
+
+    assert cell(pad.Estimate(0.3, 0.1, 0.5)).verdict(5)[0] == "yes"
+    assert cell(pad.Estimate(3.0, 2.0, 4.0)).verdict(5)[0] == "no"
+    assert cell(pad.Estimate(0.8, 0.4, 1.2)).verdict(5)[0] == "not resolved"
+    # A read of 8 ms: 0.16% of the loop at a 5 s poll, 0.8% at 1 s.
+    c = cell(pad.Estimate(0.3, 0.1, 0.5), read_ms=8.0)
+    assert c.verdict(5)[0] == "yes" and c.verdict(1)[0] == "not resolved"
+    assert c.verdict(1)[1].value == pytest.approx(1.1)
