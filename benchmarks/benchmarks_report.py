@@ -26,7 +26,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from benchmarks import probe_toggle
+from benchmarks import probe_alternate_data, probe_toggle
 from benchmarks.report import Spread, Target, md_table, num, verdict, write
 from benchmarks.serve_compare_data import RunSet
 from benchmarks.serve_compare_report import (
@@ -345,6 +345,29 @@ def toggle_rows(toggle: dict) -> list[list[object]]:
                      probe_toggle.verdict_text(toggle, state),
                      "; ".join(x for x in (resolution_cause(over, "groups"), null_text)
                                if x) or None])
+    return rows
+
+
+def alternate_rows(alt: dict) -> list[list[object]]:
+    """Target 2 step by step inside one engine (``probe_alternate.py``), per poll interval."""
+    cells = probe_alternate_data.verdicts(alt)
+    biased = [c.concurrency for c in cells if not c.control_ok]
+    rows = []
+    for p in probe_alternate_data.POLL_INTERVALS_S:
+        got = {c.concurrency: c.verdict(p) for c in cells}
+        met = [c for c, (v, _) in got.items() if v == "yes"]
+        verdict = ("yes" if len(met) == len(got) and not biased
+                   else f"**no** ({len(met)} of {len(got)} concurrencies)")
+        causes = [f"c={cell.concurrency}: {'above' if v == 'no' else 'straddles'} 1% (step "
+                  f"overhead {cell.ab.text()}, poll share {cell.poll_pct(p):.2f}%)"
+                  for cell in cells if (v := got[cell.concurrency][0]) != "yes"]
+        if biased:
+            causes.append("the control (aa) does not read zero at c="
+                          + ", ".join(map(str, biased)) + ": the method is biased there")
+        rows.append(["2", f"probe overhead, % of the engine step, neighbouring steps in / out "
+                     f"inside one engine (poll every {p:g} s) <= 1 at every concurrency",
+                     "; ".join(f"c={c}: {t.text()}" for c, (_, t) in got.items()), verdict,
+                     "; ".join(causes) or None])
     return rows
 
 
@@ -1185,12 +1208,12 @@ def probe_section(serve: RunSet, earlier: list[RunSet], toggle: dict | None,
 def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
              earlier: list[RunSet], cost: dict | None = None,
              toggle: dict | None = None, router: RunSet | None = None,
-             router_also: Sequence[RunSet] = ()) -> list[str]:
+             router_also: Sequence[RunSet] = (), alt: dict | None = None) -> list[str]:
     st = pair_stats(serve)
     router = router or serve
     rst = pair_stats(router)
     rows = (serve_rows(serve, st, by_date([*earlier, serve]))
-            + (toggle_rows(toggle) if toggle else [])
+            + (alternate_rows(alt) if alt else toggle_rows(toggle) if toggle else [])
             + router_rows(router, rst) + elsewhere_rows(list(router_also)))
     rows.sort(key=lambda r: r[0])
     srows, snotes = spec_verdicts(spec) if spec else ([], [])
@@ -1218,9 +1241,12 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
                f"{rs.meta['protocol']['reps']} repetitions."
                for rs, what in ([(serve, "target 1"), (router, "target 3")]
                                 if router is not serve else [(serve, "targets 1-3")])),
-             *([f"* `docs/gpu/probe_toggle` (target 2): {toggle['meta']['date']}, one "
-                "`specgw serve` switching its probes (`benchmarks/probe_toggle.py`)."]
-               if toggle else []),
+             *([f"* `docs/gpu/probe_alternate` (target 2): {alt['meta']['date']}, one "
+                "`specgw serve` switching its probes step by step "
+                "(`benchmarks/probe_alternate.py`)."] if alt else []),
+             *([f"* `docs/gpu/probe_toggle` (target 2, earlier): {toggle['meta']['date']}, "
+                "one `specgw serve` switching its probes window by window "
+                "(`benchmarks/probe_toggle.py`)."] if toggle else []),
              *(f"* `{rs.label}` (target 3, elsewhere): {rs.meta['device_name']}, vLLM "
                f"{rs.meta['vllm']}, torch {rs.meta['torch']}, {rs.meta['date']}; the bundled "
                f"pair; servers {', '.join(f'`{v}`' for v in rs.variants())}; "
@@ -1251,6 +1277,10 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
               *stage_lines(by_date([*earlier, serve])), "",
               *c1_step_lines(by_date([*earlier, serve]), cost), "",
               "## 2. Probe overhead, with error bars", "",
+              *(["### Step by step inside one engine (the protocol of target 2's verdict)",
+                 "", *probe_alternate_data.report(alt)[2:], "",
+                 "The windowed switch below came first; its windows' own noise is why "
+                 "target 2 is read step by step.", ""] if alt else []),
               *probe_section(serve, earlier, toggle, cost),
               "## 3. Router", "", *router_section(router, rst), "", router_ceiling(router), "",
               *(ln for rs in router_also for ln in
@@ -1300,6 +1330,8 @@ def main() -> None:
     ap.add_argument("--probe-cost", type=Path, default=Path("docs/probe_cost.json"))
     ap.add_argument("--probe-toggle", type=Path,
                     default=Path("docs/gpu/probe_toggle/probe_toggle.json"))
+    ap.add_argument("--probe-alternate", type=Path,
+                    default=Path("docs/gpu/probe_alternate/probe_alternate.json"))
     ap.add_argument("--out", type=Path, default=Path("docs/benchmarks.md"))
     a = ap.parse_args()
     spec = [RunSet.load(s) for s in a.spec or [SC / "run3_1b_a", SC / "run3_1b_b"]]
@@ -1311,7 +1343,9 @@ def main() -> None:
     toggle = json.loads(a.probe_toggle.read_text()) if a.probe_toggle.exists() else None
     lines = document(RunSet.load(a.serve), spec, info, a.out, earlier, cost, toggle,
                      RunSet.load(a.router) if a.router else None,
-                     [RunSet.load(s) for s in a.router_also])
+                     [RunSet.load(s) for s in a.router_also],
+                     json.loads(a.probe_alternate.read_text())
+                     if a.probe_alternate.exists() else None)
     write(a.out, lines)
     print("\n".join(lines))
 
