@@ -356,8 +356,10 @@ def alternate_rows(alt: dict) -> list[list[object]]:
     for p in probe_alternate_data.POLL_INTERVALS_S:
         got = {c.concurrency: c.verdict(p) for c in cells}
         met = [c for c, (v, _) in got.items() if v == "yes"]
+        of = f"({len(met)} of {len(got)} concurrencies met)"
         verdict = ("yes" if len(met) == len(got) and not biased
-                   else f"**no** ({len(met)} of {len(got)} concurrencies)")
+                   else f"**no** {of}" if any(v == "no" for v, _ in got.values())
+                   else f"not resolved {of}")
         causes = [f"c={cell.concurrency}: {'above' if v == 'no' else 'straddles'} 1% (step "
                   f"overhead {cell.ab.text()}, poll share {cell.poll_pct(p):.2f}%)"
                   for cell in cells if (v := got[cell.concurrency][0]) != "yes"]

@@ -39,7 +39,6 @@ import argparse
 import asyncio
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -48,8 +47,7 @@ import httpx
 
 from benchmarks.harness import Server
 from benchmarks.probe_alternate_data import report
-from benchmarks.probe_toggle import Load, run_meta
-from benchmarks.report import write
+from benchmarks.probe_toggle import Load, add_load_args, run_and_report, run_meta
 
 MODES = ("ab", "aa")
 
@@ -139,22 +137,9 @@ def main() -> None:
     ap.add_argument("--blocks", type=int, default=4, help="alternations per concurrency")
     ap.add_argument("--warmup-s", type=float, default=3.0)
     ap.add_argument("--poll-s", type=float, default=1.0)
-    ap.add_argument("--prompt-words", type=int, default=100)
-    ap.add_argument("--output-len", type=int, default=128)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--gpu-share", type=float, default=0.3)
-    ap.add_argument("--start-timeout", type=float, default=420)
     ap.add_argument("--block-timeout-s", type=float, default=300)
-    ap.add_argument("--report-only", action="store_true")
-    a = ap.parse_args()
-    a.argv = sys.argv[1:]
-    a.out.mkdir(parents=True, exist_ok=True)
-    raw = a.out / "probe_alternate.json"
-    data = json.loads(raw.read_text()) if a.report_only else run(a)
-    raw.write_text(json.dumps(data))
-    lines = report(data)
-    write(a.out / "probe_alternate.md", lines)
-    print("\n".join(lines))
+    add_load_args(ap)
+    run_and_report(ap.parse_args(), "probe_alternate", run, report)
 
 
 if __name__ == "__main__":

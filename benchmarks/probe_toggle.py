@@ -41,6 +41,7 @@ import os
 import random
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
@@ -321,20 +322,30 @@ def main() -> None:
     ap.add_argument("--settle-s", type=float, default=0.5)
     ap.add_argument("--warmup-s", type=float, default=5.0)
     ap.add_argument("--poll-s", type=float, default=5.0)
+    add_load_args(ap)
+    run_and_report(ap.parse_args(), "probe_toggle", run, report, indent=1)
+
+
+def add_load_args(ap: argparse.ArgumentParser) -> None:
+    """The load, the server and the resume flags both in-server probe benchmarks take."""
     ap.add_argument("--prompt-words", type=int, default=100)
     ap.add_argument("--output-len", type=int, default=128)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--gpu-share", type=float, default=0.3)
     ap.add_argument("--start-timeout", type=float, default=420)
-    ap.add_argument("--report-only", action="store_true")
-    a = ap.parse_args()
+    ap.add_argument("--report-only", action="store_true", help="rewrite the report only")
+
+
+def run_and_report(a: argparse.Namespace, name: str, run: Callable[[argparse.Namespace], dict],
+                   report: Callable[[dict], list[str]], indent: int | None = None) -> None:
+    """Run (or, with --report-only, reread) OUT/<name>.json and write OUT/<name>.md."""
     a.argv = sys.argv[1:]
     a.out.mkdir(parents=True, exist_ok=True)
-    raw = a.out / "probe_toggle.json"
+    raw = a.out / f"{name}.json"
     data = json.loads(raw.read_text()) if a.report_only else run(a)
-    raw.write_text(json.dumps(data, indent=1))
+    raw.write_text(json.dumps(data, indent=indent))
     lines = report(data)
-    write(a.out / "probe_toggle.md", lines)
+    write(a.out / f"{name}.md", lines)
     print("\n".join(lines))
 
 
