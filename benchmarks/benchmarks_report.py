@@ -357,9 +357,9 @@ def alternate_rows(alt: dict) -> list[list[object]]:
         got = {c.concurrency: c.verdict(p) for c in cells}
         met = [c for c, (v, _) in got.items() if v == "yes"]
         of = f"({len(met)} of {len(got)} concurrencies met)"
-        verdict = ("yes" if len(met) == len(got) and not biased
-                   else f"**no** {of}" if any(v == "no" for v, _ in got.values())
-                   else f"not resolved {of}")
+        met_text = ("yes" if len(met) == len(got) and not biased
+                    else f"**no** {of}" if any(v == "no" for v, _ in got.values())
+                    else f"not resolved {of}")
         causes = [f"c={cell.concurrency}: {'above' if v == 'no' else 'straddles'} 1% (step "
                   f"overhead {cell.ab.text()}, poll share {cell.poll_pct(p):.2f}%)"
                   for cell in cells if (v := got[cell.concurrency][0]) != "yes"]
@@ -368,7 +368,7 @@ def alternate_rows(alt: dict) -> list[list[object]]:
                           + ", ".join(map(str, biased)) + ": the method is biased there")
         rows.append(["2", f"probe overhead, % of the engine step, neighbouring steps in / out "
                      f"inside one engine (poll every {p:g} s) <= 1 at every concurrency",
-                     "; ".join(f"c={c}: {t.text()}" for c, (_, t) in got.items()), verdict,
+                     "; ".join(f"c={c}: {t.text()}" for c, (_, t) in got.items()), met_text,
                      "; ".join(causes) or None])
     return rows
 
@@ -1246,9 +1246,9 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
              *([f"* `docs/gpu/probe_alternate` (target 2): {alt['meta']['date']}, one "
                 "`specgw serve` switching its probes step by step "
                 "(`benchmarks/probe_alternate.py`)."] if alt else []),
-             *([f"* `docs/gpu/probe_toggle` (target 2, earlier): {toggle['meta']['date']}, "
-                "one `specgw serve` switching its probes window by window "
-                "(`benchmarks/probe_toggle.py`)."] if toggle else []),
+             *([f"* `docs/gpu/probe_toggle` (target 2{', earlier' if alt else ''}): "
+                f"{toggle['meta']['date']}, one `specgw serve` switching its probes "
+                "window by window (`benchmarks/probe_toggle.py`)."] if toggle else []),
              *(f"* `{rs.label}` (target 3, elsewhere): {rs.meta['device_name']}, vLLM "
                f"{rs.meta['vllm']}, torch {rs.meta['torch']}, {rs.meta['date']}; the bundled "
                f"pair; servers {', '.join(f'`{v}`' for v in rs.variants())}; "
@@ -1280,7 +1280,7 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
               *c1_step_lines(by_date([*earlier, serve]), cost), "",
               "## 2. Probe overhead, with error bars", "",
               *(["### Step by step inside one engine (the protocol of target 2's verdict)",
-                 "", *probe_alternate_data.report(alt)[2:], "",
+                 "", *probe_alternate_data.report_body(alt), "",
                  "The windowed switch below came first; its windows' own noise is why "
                  "target 2 is read step by step.", ""] if alt else []),
               *probe_section(serve, earlier, toggle, cost),

@@ -165,10 +165,15 @@ def verdicts(data: dict) -> list[Cell]:
 
 
 def report(data: dict) -> list[str]:
+    return ["# Probe cost step by step inside one engine (#14, target 2)", "",
+            *report_body(data)]
+
+
+def report_body(data: dict) -> list[str]:
+    """The report below its title (the issue's page sets it under a heading of its own)."""
     m = data["meta"]
     cells = verdicts(data)
     lines = [
-        "# Probe cost step by step inside one engine (#14, target 2)", "",
         f"`{m['command']}`, {m['date']}, {m.get('device_name', m['device'])}, vLLM "
         f"{m['vllm']}, torch {m['torch']}. One `specgw serve` (serve_compare's engine "
         f"configuration); per concurrency {m['blocks']} alternations of {m['steps']} engine "

@@ -100,16 +100,18 @@ class SpecgwEndpoints:
         app.add_middleware(SpecgwMetricsMiddleware, plugin=self)
 
     async def _probe_call(self, call: Callable[[Any], Awaitable[Any]]):
-        """One worker call's answer as JSON; its failure as an OpenAI-style error: 409
-        for a conflict it names, else 503 (a rank did not answer: state unknown, retry)."""
+        """One worker call's answer as JSON; its failure as the gateway's
+        worker_call_error (the same 409 / 503 as ``specgw serve``)."""
         from fastapi.responses import JSONResponse
+
+        from gateway.errors import worker_call_error
 
         if self.probes is None:
             return _error(self.problem or "probes are not ready", 503)
         try:
             return JSONResponse(await call(self.probes))
         except RuntimeError as exc:
-            return _error(str(exc), getattr(exc, "status_code", 503))
+            return worker_call_error(exc).response()
 
     # ------------------------------------------------------------------ phase B
     async def init_state(self, engine_client, state, args: Namespace) -> None:
@@ -236,8 +238,7 @@ class SpecgwMetricsMiddleware:
 def _error(message: str, status: int):
     from fastapi.responses import JSONResponse
 
-    kind = "conflict_error" if status == 409 else "service_unavailable"
-    return JSONResponse({"error": {"message": message, "type": kind,
+    return JSONResponse({"error": {"message": message, "type": "service_unavailable",
                                    "param": None, "code": None}}, status)
 
 

@@ -47,6 +47,14 @@ def model_not_found(model: str) -> OpenAIError:
                        "model", "model_not_found")
 
 
+def worker_call_error(exc: RuntimeError) -> OpenAIError:
+    """A call into the engine's workers that failed: 409 for a conflict the error names
+    (``status_code``), else 503 (a worker did not answer in time; its state is unknown)."""
+    status = getattr(exc, "status_code", 503)
+    return OpenAIError(str(exc), status,
+                       "conflict_error" if status == 409 else "service_unavailable")
+
+
 def _param(loc: tuple) -> str | None:
     parts = [str(p) for p in loc if p != "body"]
     return ".".join(parts) or None

@@ -18,7 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from gateway.dispatch import Dispatcher
 from gateway.engine_api import SpecEngine
-from gateway.errors import OpenAIError
+from gateway.errors import OpenAIError, worker_call_error
 from gateway.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -63,15 +63,12 @@ def ready_engine(request: Request) -> SpecEngine:
 
 async def engine_answer(request: Request,
                         call: Callable[[SpecEngine], Awaitable[Any]]) -> Response:
-    """A call into the ready engine's workers as JSON. Its failure: 409 for a conflict it
-    names, else 503 (a worker did not answer in time; its state is then unknown)."""
+    """A call into the ready engine's workers as JSON; its failure as worker_call_error."""
     engine = ready_engine(request)
     try:
         return JSONResponse(await call(engine))
     except RuntimeError as exc:
-        status = getattr(exc, "status_code", 503)
-        raise OpenAIError(str(exc), status, "conflict_error" if status == 409
-                          else "service_unavailable") from exc
+        raise worker_call_error(exc) from exc
 
 
 # ------------------------------------------------------------------------- ops

@@ -99,6 +99,13 @@ def test_a_second_alternation_is_refused_and_delete_ends_the_first(base_url):
     httpx.delete(base_url + ROUTE, timeout=60)
 
 
+def test_the_gateway_bound_on_steps_is_the_workers():
+    from engine_ext.probes.alternate import MAX_STEPS
+    from gateway.protocol import ALTERNATE_MAX_STEPS
+
+    assert ALTERNATE_MAX_STEPS == MAX_STEPS
+
+
 @pytest.mark.parametrize("body", [{"steps": 41}, {"steps": 0}, {"steps": "40"},
                                   {"steps": 40.0}, {"steps": 400_002}, {"steps": 40, "mode": "x"},
                                   {"steps": 40, "seed": -1}, {"steps": 40, "extra": 1}, {}])

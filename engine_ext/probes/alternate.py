@@ -56,7 +56,7 @@ class Alternation:
         self.t_ns: list[int] = []
         self.tokens: list[int] = []
         self.reqs: list[int] = []
-        self.rpc_spans: list[tuple[int, int]] = []
+        self.rpc_spans: list[tuple[str, int, int]] = []  # (kind, start ns, end ns)
         self.done = False
         self._lock = threading.Lock()  # the RPC thread reads while the model thread runs
         self._original = getattr(worker, step_method)
