@@ -83,13 +83,23 @@ def concurrencies(sets: list[RunSet]) -> list[int]:
 
 
 # ------------------------------------------------------------------- targets 1 to 3
-def serve_rows(rs: RunSet, st: dict, sets: list[RunSet]) -> list[list[object]]:
+def serve_rows(rs: RunSet, st: dict, sets: list[RunSet],
+               split: Sequence[RunSet] = ()) -> list[list[object]]:
     """Targets 1 and 2 (across processes) in ``rs``; ``sets`` (every run set of the bundled
-    pair) for the reading of target 1 over process offsets."""
+    pair) for the reading of target 1 over process offsets; ``split``: run sets with the
+    ``vllm-plugin`` server, whose split of each missed cell is added to its cause."""
     rows: list[list[object]] = []
     speed = {c: s for c in rs.conc() if (s := st.get(("specgw", "vllm", c)))}
     met = [c for c, s in speed.items() if T_SPEED.met(s["ratio"].median)]
-    cell_why = per_cell({c: deficit_cause(rs, st, c) for c in speed if c not in met},
+    splits = [(x, pair_stats(x)) for x in split]
+
+    def cause(c: int) -> str:
+        texts = [deficit_cause(rs, st, c),
+                 *(f"`{x.label}`: {t}" if (t := plugin_split(x, xst, c)) else ""
+                   for x, xst in splits)]
+        return "; ".join(t for t in texts if t)
+
+    cell_why = per_cell({c: cause(c) for c in speed if c not in met},
                         "two identical processes of one server")
     speed_why = "; ".join(x for x in (cell_why, process_summary(process_cells(sets)))
                           if x) or None
@@ -478,6 +488,35 @@ def deficit_cause(rs: RunSet, st: dict, c: int) -> str:
         if text := engine_step_reading(rs, c):
             parts.append(text)
     return "; ".join(parts)
+
+
+def plugin_split(rs: RunSet, st: dict, c: int) -> str:
+    """specgw / vllm serve split at ``c`` by the set's ``vllm-plugin`` server (stock vllm
+    serve with specgw's plugin loaded): the plugin inside the engine (vllm-plugin / vllm)
+    and the gateway in front of the same engine (specgw / vllm-plugin), each with its
+    engine step difference where both took the same steps; which part is larger, and
+    whether it clears the offset between two identical processes of one server."""
+    plug, front = st.get(("vllm-plugin", "vllm", c)), st.get(("specgw", "vllm-plugin", c))
+    if not (plug and front):
+        return ""
+    text = []
+    for what, (a, b), s in (("the plugin inside vllm serve (vllm-plugin / vllm)",
+                             ("vllm-plugin", "vllm"), plug),
+                            ("the gateway in front of the same engine (specgw / vllm-plugin)",
+                             ("specgw", "vllm-plugin"), front)):
+        part = f"{what} {s['ratio'].text('{:.3f}')}"
+        if (d := same_steps_diff(rs, a, b, c)) is not None:
+            part += f", engine step {d:+.1f}%"
+        text.append(part)
+    gaps = {"the plugin": abs(plug["ratio"].median - 1),
+            "the gateway": abs(front["ratio"].median - 1)}
+    larger = max(gaps, key=gaps.__getitem__)
+    floor = instance_floor(st, c)
+    resolved = ("" if floor is None else
+                f", {'beyond' if gaps[larger] > floor else 'not resolved against'} the "
+                f"larger median offset between two identical processes ({100 * floor:.1f}%)")
+    return (f"split by vllm serve with specgw's plugin (same set): {'; '.join(text)}; "
+            f"the larger part is {larger} ({100 * gaps[larger]:.1f}%{resolved})")
 
 
 SAME_STEPS = 0.02  # engine steps within 2%: the same batches, so one step time to compare
@@ -1210,11 +1249,12 @@ def probe_section(serve: RunSet, earlier: list[RunSet], toggle: dict | None,
 def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
              earlier: list[RunSet], cost: dict | None = None,
              toggle: dict | None = None, router: RunSet | None = None,
-             router_also: Sequence[RunSet] = (), alt: dict | None = None) -> list[str]:
+             router_also: Sequence[RunSet] = (), alt: dict | None = None,
+             split: Sequence[RunSet] = ()) -> list[str]:
     st = pair_stats(serve)
     router = router or serve
     rst = pair_stats(router)
-    rows = (serve_rows(serve, st, by_date([*earlier, serve]))
+    rows = (serve_rows(serve, st, by_date([*earlier, serve]), split)
             + (alternate_rows(alt) if alt else toggle_rows(toggle) if toggle else [])
             + router_rows(router, rst) + elsewhere_rows(list(router_also)))
     rows.sort(key=lambda r: r[0])
@@ -1224,7 +1264,8 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
            (f" --router {router.src}" if router is not serve else "") +
            "".join(f" --spec {rs.src}" for rs in spec) +
            "".join(f" --earlier {rs.src}" for rs in earlier) +
-           "".join(f" --router-also {rs.src}" for rs in router_also))
+           "".join(f" --router-also {rs.src}" for rs in router_also) +
+           "".join(f" --split {rs.src}" for rs in split))
     lines = ["# Benchmarks: specgw serve vs vllm serve, probe overhead, router, and when "
              f"speculation pays ({serve.meta['device_name']}, vLLM {serve.meta['vllm']})", "",
              "<!-- Generated by benchmarks/benchmarks_report.py from the raw JSON; do not edit "
@@ -1243,6 +1284,10 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
                f"{rs.meta['protocol']['reps']} repetitions."
                for rs, what in ([(serve, "target 1"), (router, "target 3")]
                                 if router is not serve else [(serve, "targets 1-3")])),
+             *(f"* `{rs.label}` (target 1, split): {rs.meta['device_name']}, vLLM "
+               f"{rs.meta['vllm']}, torch {rs.meta['torch']}, {rs.meta['date']}; the bundled "
+               f"pair; servers {', '.join(f'`{v}`' for v in rs.variants())}; "
+               f"{rs.meta['protocol']['reps']} repetitions." for rs in split),
              *([f"* `docs/gpu/probe_alternate` (target 2): {alt['meta']['date']}, one "
                 "`specgw serve` switching its probes step by step "
                 "(`benchmarks/probe_alternate.py`)."] if alt else []),
@@ -1278,6 +1323,14 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
               *balance_lines(by_date([*earlier, serve])), "",
               *stage_lines(by_date([*earlier, serve])), "",
               *c1_step_lines(by_date([*earlier, serve]), cost), "",
+              *(ln for rs in split for ln in [
+                  f"### Target 1 split: the plugin inside vllm serve vs the gateway in front "
+                  f"(`{rs.label}`)", "",
+                  "`vllm-plugin` is stock `vllm serve` with specgw's plugin loaded as the "
+                  "README tells a vLLM user (probes, worker extension, the same runner): "
+                  "vllm-plugin / vllm is the plugin's cost inside the engine, specgw / "
+                  "vllm-plugin the gateway's in front of the same engine.", "",
+                  *main_table(rs), "", *ratio_table(rs, pair_stats(rs)), ""]),
               "## 2. Probe overhead, with error bars", "",
               *(["### Step by step inside one engine (the protocol of target 2's verdict)",
                  "", *probe_alternate_data.report_body(alt), "",
@@ -1329,6 +1382,9 @@ def main() -> None:
     ap.add_argument("--router-also", type=Path, action="append", default=[],
                     help="run sets of the router elsewhere (another machine or engine), "
                          "reported beside --router's")
+    ap.add_argument("--split", type=Path, action="append", default=[],
+                    help="run sets with the vllm-plugin server (target 1 split into the "
+                         "plugin and the gateway)")
     ap.add_argument("--probe-cost", type=Path, default=Path("docs/probe_cost.json"))
     ap.add_argument("--probe-toggle", type=Path,
                     default=Path("docs/gpu/probe_toggle/probe_toggle.json"))
@@ -1347,7 +1403,8 @@ def main() -> None:
                      RunSet.load(a.router) if a.router else None,
                      [RunSet.load(s) for s in a.router_also],
                      json.loads(a.probe_alternate.read_text())
-                     if a.probe_alternate.exists() else None)
+                     if a.probe_alternate.exists() else None,
+                     [RunSet.load(s) for s in a.split])
     write(a.out, lines)
     print("\n".join(lines))
 

@@ -40,12 +40,15 @@ PAIRS = (("specgw", "vllm", "specgw serve vs vllm serve, same engine configurati
          ("specgw", "specgw-probes-off", "probes on (poll 5 s) vs off"),
          ("specgw-poll-1s", "specgw-probes-off", "probes on (poll 1 s) vs off"),
          ("router", "vllm", "specgw router in front of vllm serve vs vllm serve directly"),
+         # Splits specgw / vllm: the plugin in the engine vs the gateway in front of it.
+         ("vllm-plugin", "vllm", "vllm serve with specgw's plugin vs stock vllm serve"),
+         ("specgw", "vllm-plugin", "specgw serve vs vllm serve with specgw's plugin"),
          ("specgw-2", "specgw", "a second, identical specgw serve process vs the first"),
          ("vllm-2", "vllm", "a second, identical vllm serve process vs the first"))
 # Instance pairs: two processes of one server, the floor under every cross-process ratio.
 INSTANCES = (("specgw-2", "specgw"), ("vllm-2", "vllm"))
 ALL_VARIANTS = ("specgw", "vllm", "specgw-probes-off", "specgw-poll-1s", "router",
-                "specgw-defaults", "vllm-defaults", "specgw-2", "vllm-2")
+                "specgw-defaults", "vllm-defaults", "specgw-2", "vllm-2", "vllm-plugin")
 # One colour per server in every plot.
 COLOR = {v: f"C{i}" for i, v in enumerate(ALL_VARIANTS)}
 T_SPEED = Target("specgw / vllm serve output tok/s (median of paired ratios)", ">=", 1.0)

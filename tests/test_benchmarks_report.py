@@ -453,3 +453,42 @@ def test_a_run_set_named_twice_is_read_once():
     r8, r7 = RunSet.load(DATA / "run8_router"), RunSet.load(DATA / "run7_pinned")
     got = by_date([r8, r7, RunSet.load(DATA / "run8_router")])
     assert [rs.label for rs in got] == ["run7_pinned", "run8_router"]
+
+
+def test_plugin_split_divides_the_gap_into_the_plugin_and_the_gateway(tmp_path):
+    """A set with ``vllm-plugin`` (here run9_stock's second vllm serve renamed, so its ratios
+    are known): each part's paired ratio, which is larger, and its place in target 1's
+    cause for the cells specgw missed."""
+    from benchmarks.benchmarks_report import document, plugin_split
+
+    src = tmp_path / "split"
+    shutil.copytree(DATA / "run9_stock", src)
+    for f in (src / "runs").glob("vllm-2_*.json"):
+        r = json.loads(f.read_text())
+        r["variant"] = "vllm-plugin"
+        (src / "runs" / f.name.replace("vllm-2", "vllm-plugin")).write_text(json.dumps(r))
+        f.unlink()
+    meta = json.loads((src / "servers.json").read_text())
+    meta["protocol"]["variants"] = [v if v != "vllm-2" else "vllm-plugin"
+                                    for v in meta["protocol"]["variants"]]
+    (src / "servers.json").write_text(json.dumps(meta))
+    rs = RunSet.load(src)
+    st = pair_stats(rs)
+    for c in rs.conc():
+        plug = st[("vllm-plugin", "vllm", c)]["ratio"]
+        front = st[("specgw", "vllm-plugin", c)]["ratio"]
+        text = plugin_split(rs, st, c)
+        assert f"(vllm-plugin / vllm) {plug.text('{:.3f}')}" in text
+        assert f"(specgw / vllm-plugin) {front.text('{:.3f}')}" in text
+        larger = "the plugin" if abs(plug.median - 1) > abs(front.median - 1) else "the gateway"
+        assert f"the larger part is {larger}" in text
+    assert plugin_split(RunSet.load(DATA / "run9_stock"),
+                        pair_stats(RunSet.load(DATA / "run9_stock")), 1) == ""
+    serve = RunSet.load(DATA / "run9_stock")
+    lines = document(serve, [], None, tmp_path / "b.md", [], split=[rs])
+    row = next(ln for ln in lines if ln.startswith("| 1 | specgw / vllm serve output"))
+    missed = [c for c in serve.conc()
+              if pair_stats(serve)[("specgw", "vllm", c)]["ratio"].median < 1]
+    assert missed and row.count("`split`: split by vllm serve with specgw's plugin") == len(
+        missed)
+    assert any(ln.startswith("### Target 1 split") and "`split`" in ln for ln in lines)
