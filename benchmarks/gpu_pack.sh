@@ -4,7 +4,7 @@
 # Llama on Hopper never loads (FA2, the MoE and Blackwell kernels, vllm-rs, the other
 # Pythons' extensions), plus the py3.12 dependencies the device lacks, unpacked into one
 # site tree, as one xz archive (~91 MB) split into as many parts as it takes for each
-# to travel alone with the working tree (37 MB with the bundled pair and docs/) under the
+# to travel alone with the working tree (40 MB with the bundled pair and docs/) under the
 # 64 MiB a call carries: .gpu/s1, .gpu/s2, ... for the stash calls and .gpu/c (the last
 # part, + .gpu/c/site.sha256) for the install call. Wheels added later travel as wheels in
 # .gpu/c/extra, with the last part (`gpu_pack.sh extra` adds them to an existing pack
@@ -46,18 +46,24 @@ rm -rf $G/bundle/vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so $G/bundle/vllm/vllm-rs
 find $G/bundle/vllm -name '*cpython-31[0134]*' -delete
 tar c -C $G/bundle . | xz -9 -T0 > $G/site.tar.xz
 fi
-# The working tree travels with every part (untracked files too, unless ignored), so a
-# part may take what the 64 MiB a call carries leaves, less 6 MiB of slack: a session adds
-# run sets (1-2 MB each) to the tree after packing, and a call over 64 MiB is refused.
+# The working tree travels with every call, so a stash call's part may take what the
+# 64 MiB a call carries leaves, less SLACK_MIB (default 2.5) of slack for what a session
+# adds to the tree after packing (a call over 64 MiB is refused); the last part, carried
+# with extra/ by the install call, takes what is left. Fewer calls: each one is device time.
 tree=$(git ls-files -co --exclude-standard -z | du -cb --files0-from=- | tail -1 | cut -f1)
 size=$(stat -c %s $G/site.tar.xz)
-extra=$(du -cb $G/extra | tail -1 | cut -f1)  # the last part carries extra/ too
-room=$(( (64 << 20) - (6 << 20) - tree - extra ))
-(( room > 0 )) || { echo "the working tree ($tree B) leaves no room in a call" >&2; exit 3; }
-n=$(( (size + room - 1) / room )); (( n >= 2 )) || n=2
+extra=$(du -cb $G/extra | tail -1 | cut -f1)
+room=$(( (64 << 20) - $(python3 -c "print(int(${SLACK_MIB:-2.5} * 2**20))") - tree ))
+(( room > extra )) || { echo "the working tree ($tree B) leaves no room in a call" >&2; exit 3; }
 rm -rf $G/s[0-9]* $G/a $G/b $G/c $G/part.* && mkdir -p $G/c
-split -n "$n" -d -a 2 $G/site.tar.xz $G/part.
+split -b "$room" -d -a 2 $G/site.tar.xz $G/part.
 parts=($G/part.*)
+last=${parts[-1]}
+if (( $(stat -c %s "$last") + extra > room )); then  # the install call: its part + extra/
+  split -n 2 -d -a 1 "$last" "$last." && rm "$last"
+  parts=($G/part.*)
+fi
+n=${#parts[@]}
 for i in $(seq 1 $((n - 1))); do mkdir -p $G/s$i && mv "${parts[i-1]}" $G/s$i/; done
 mv "${parts[n-1]}" $G/c/ && cp -r $G/extra $G/c/extra
 sha256sum < $G/site.tar.xz | cut -d' ' -f1 > $G/c/site.sha256
