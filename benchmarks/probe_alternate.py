@@ -108,8 +108,9 @@ def run(a: argparse.Namespace) -> dict:
         a.pair or BUNDLED, "eagle3", 3, 128, 2048)
     a.model_name = SERVED
     meta = run_meta("probe_alternate", a.argv)
-    meta.update(steps=a.steps, blocks=a.blocks, poll_s=a.poll_s, warmup_s=a.warmup_s,
-                prompt_words=a.prompt_words, output_len=a.output_len, load_client="aiohttp")
+    meta.update(concurrency=a.concurrency, steps=a.steps, blocks=a.blocks, poll_s=a.poll_s,
+                warmup_s=a.warmup_s, prompt_words=a.prompt_words, output_len=a.output_len,
+                load_client="aiohttp")
     data = {"meta": meta, "cells": []}
     cfg = engine_config(a, meta["device"])
     flags, env = specgw_flags(cfg, True, max(a.concurrency))

@@ -164,6 +164,30 @@ def verdicts(data: dict) -> list[Cell]:
     return [cell_reading(c) for c in data["cells"]]
 
 
+DEFAULT_CONCURRENCY = (1, 16, 64, 128)  # probe_alternate.py's --concurrency default
+
+
+def requested(data: dict) -> list[int]:
+    """The concurrencies the run was asked for (meta, else its command line): a run cut
+    short by its time limit has fewer cells, and the missing ones are no verdict."""
+    m = data.get("meta")
+    if m is None:  # a record without its run's meta: what it holds is all it says
+        return [c["concurrency"] for c in data["cells"]]
+    if "concurrency" in m:
+        return list(m["concurrency"])
+    words = m.get("command", "").split()
+    if "--concurrency" in words[:-1]:
+        return [int(x) for x in words[words.index("--concurrency") + 1].split(",")]
+    return list(DEFAULT_CONCURRENCY)
+
+
+def missing_text(data: dict) -> str | None:
+    done = {c["concurrency"] for c in data["cells"]}
+    missing = [c for c in requested(data) if c not in done]
+    return ("c=" + ", ".join(map(str, missing)) + ": not measured (asked for, but the run "
+            "ended before their cells were complete)") if missing else None
+
+
 def report(data: dict) -> list[str]:
     return ["# Probe cost step by step inside one engine (#14, target 2)", "",
             *report_body(data)]
@@ -203,4 +227,6 @@ def report_body(data: dict) -> list[str]:
                   [[c.concurrency, *(c.verdict(p)[1].text() for p in POLL_INTERVALS_S),
                     *(c.verdict(p)[0] for p in POLL_INTERVALS_S)] for c in cells]),
     ]
+    if (gap := missing_text(data)) is not None:
+        lines += ["", f"Concurrencies {gap}."]
     return lines

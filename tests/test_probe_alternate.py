@@ -205,3 +205,9 @@ def test_the_issue_page_reads_target_2_from_the_alternation():
     cheap, dear = alternate_rows(data(1.001)), alternate_rows(data(1.05))
     assert [r[3] for r in cheap] == ["yes", "yes"]
     assert all(r[3].startswith("**no**") and "c=1: above 1%" in r[4] for r in dear)
+    # A run cut short: a concurrency it asked for and never finished is no pass.
+    cut = {**data(1.001), "meta": {"command": "python -m benchmarks.probe_alternate "
+                                              "--concurrency 1,16 --steps 2000"}}
+    rows = alternate_rows(cut)
+    assert all(r[3] == "not resolved (1 of 2 concurrencies met)" for r in rows), rows
+    assert all("c=16: not measured" in r[4] for r in rows)
