@@ -2,13 +2,17 @@
 
 Field names, types and ranges follow the OpenAI API reference; the vLLM extras that
 OpenAI-SDK users pass through ``extra_body`` (top_k, min_p, repetition_penalty,
-ignore_eos, min_tokens) are accepted too. Unknown fields are ignored, as vLLM does.
-Parameters we cannot honour are rejected with a 400, never silently dropped.
+ignore_eos, min_tokens, stop_token_ids, ...) are accepted too. Unknown fields are
+ignored, as vLLM does, except the rest of vLLM's own request fields: a vLLM client sends
+those meaning them, so each one we cannot honour is listed in ``UNHONOURED`` with the
+values that ask for nothing (vLLM's default), and any other value is a 400
+(``gateway.sampling.reject_unsupported``), never silently dropped. The guard test holds
+the lists to vLLM's request models.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -125,8 +129,43 @@ class ChatMessage(BaseModel):
         return "".join(out)
 
 
+# vLLM request fields this server does not honour -> the values that ask for nothing
+# (vLLM's defaults; None always does). Shared by both endpoints; the per-endpoint ones are
+# added on each request class.
+_UNHONOURED_COMMON: dict[str, tuple[Any, ...]] = {
+    "allowed_token_ids": (None,),
+    "bad_words": (None, []),
+    "cache_salt": (None,),
+    "ec_transfer_params": (None,),
+    "kv_transfer_params": (None,),
+    "length_penalty": (None, 1.0),
+    "logprob_token_ids": (None,),
+    "mm_payload": (None, "tensors", "none"),  # text-only: no media either way
+    "priority": (None, 0),
+    "prompt_logprobs": (None,),
+    "repetition_detection": (None,),
+    "request_id": (None,),  # ours come from X-Request-Id
+    "return_mm_kwargs": (None, False),
+    "return_token_ids": (None, False),
+    "return_token_offsets": (None, False),
+    "return_tokens_as_token_ids": (None, False),
+    "routed_experts_prompt_start": (None, 0),
+    "session_id": (None,),
+    "stream_interval": (None, 1),
+    "structured_outputs": (None,),  # response_format is the supported form
+    "thinking_token_budget": (None,),
+    "truncate_prompt_tokens": (None,),
+    "truncation_side": (None,),
+    "use_beam_search": (None, False),
+    "vllm_xargs": (None,),
+    "watermarking": (None, False),
+}
+
+
 class _SamplingFields(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    # "allow": reject_unsupported reads the extras against UNHONOURED.
+    model_config = ConfigDict(extra="allow")
+    UNHONOURED: ClassVar[dict[str, tuple[Any, ...]]] = _UNHONOURED_COMMON
 
     model: str
     temperature: Temperature | None = None
@@ -147,6 +186,10 @@ class _SamplingFields(BaseModel):
     repetition_penalty: Annotated[float, Field(gt=0.0, le=2.0)] | None = None
     ignore_eos: StrictBool = False
     min_tokens: Annotated[StrictInt, Field(ge=0)] = 0
+    stop_token_ids: list[Annotated[StrictInt, Field(ge=0)]] | None = None
+    include_stop_str_in_output: StrictBool = False
+    skip_special_tokens: StrictBool = True
+    spaces_between_special_tokens: StrictBool = True
 
     @model_validator(mode="after")
     def _check_common(self):
@@ -167,6 +210,21 @@ class _SamplingFields(BaseModel):
 
 
 class ChatCompletionRequest(_SamplingFields):
+    UNHONOURED: ClassVar[dict[str, tuple[Any, ...]]] = {
+        **_UNHONOURED_COMMON,
+        "add_generation_prompt": (None, True),
+        "chat_template": (None,),
+        "chat_template_kwargs": (None, {}),
+        "continue_final_message": (None, False),
+        "documents": (None,),
+        "echo": (None, False),
+        "include_reasoning": (None, True, False),  # no reasoning parser: nothing to include
+        "media_io_kwargs": (None,),
+        "mm_processor_kwargs": (None,),
+        # As OpenAI answers it for a model that does not reason.
+        "reasoning_effort": (None,),
+        "return_prompt_text": (None, False),
+    }
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     max_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
     max_completion_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
@@ -176,6 +234,8 @@ class ChatCompletionRequest(_SamplingFields):
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: StrictBool | None = None
     response_format: ResponseFormat | None = None
+    # vLLM's defaults per endpoint: the chat template writes its own BOS.
+    add_special_tokens: StrictBool = False
 
     @model_validator(mode="after")
     def _check_chat(self):
@@ -199,6 +259,10 @@ class ChatCompletionRequest(_SamplingFields):
 
 
 class CompletionRequest(_SamplingFields):
+    UNHONOURED: ClassVar[dict[str, tuple[Any, ...]]] = {
+        **_UNHONOURED_COMMON,
+        "prompt_embeds": (None,),
+    }
     prompt: str | list[str] | list[StrictInt] | list[list[StrictInt]]
     # null is the default 16 here (the reference's "defaults to 16"; vLLM 0.32 reads it
     # so too), not "up to the context" as a chat request's null.
@@ -207,6 +271,8 @@ class CompletionRequest(_SamplingFields):
     echo: Annotated[StrictBool, null_is(False)] = False
     suffix: str | None = None
     best_of: StrictInt | None = None
+    response_format: ResponseFormat | None = None  # a vLLM extension on completions
+    add_special_tokens: StrictBool = True
 
     @property
     def output_limit(self) -> int | None:

@@ -14,6 +14,11 @@ from gateway.protocol import ChatCompletionRequest, CompletionRequest
 
 def reject_unsupported(req: ChatCompletionRequest | CompletionRequest, speculative: bool) -> None:
     """Parameters we would otherwise ignore silently are refused with a 400."""
+    for name, value in (req.model_extra or {}).items():
+        inert = req.UNHONOURED.get(name)
+        if inert is not None and value not in inert:
+            raise invalid(f"{name} is not supported by this server", param=name,
+                          code="unsupported_parameter")
     if req.logit_bias:
         raise invalid("logit_bias is not supported with speculative decoding",
                       param="logit_bias", code="unsupported_parameter")
@@ -64,6 +69,10 @@ def sampling_kwargs(
         logprobs=logprobs,
         ignore_eos=req.ignore_eos,
         min_tokens=req.min_tokens,
+        stop_token_ids=req.stop_token_ids,
+        include_stop_str_in_output=req.include_stop_str_in_output,
+        skip_special_tokens=req.skip_special_tokens,
+        spaces_between_special_tokens=req.spaces_between_special_tokens,
         output_kind="delta" if stream else "final_only",
     )
     if structured is not None:

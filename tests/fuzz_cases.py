@@ -53,6 +53,11 @@ MESSAGE = st.fixed_dictionaries(
         "name": maybe(TEXT), "tool_calls": maybe(st.lists(TOOL_CALL, max_size=2)),
         "tool_call_id": maybe(TEXT)})
 STOP = st.one_of(TEXT, st.lists(TEXT, max_size=4))
+RESPONSE_FORMAT = maybe(st.one_of(
+    st.fixed_dictionaries({"type": st.sampled_from(["text", "json_object"])}),
+    st.fixed_dictionaries({"type": st.just("json_schema"), "json_schema":
+                           st.fixed_dictionaries({"name": maybe(TEXT)}, optional={
+                               "schema": maybe(SCHEMA), "strict": maybe(st.booleans())})})))
 COMMON = {
     "temperature": maybe(st.floats(0, 2)), "top_p": maybe(st.floats(0, 1)),
     "n": maybe(st.integers(1, 2)), "stop": maybe(STOP), "seed": maybe(INTS),
@@ -63,6 +68,14 @@ COMMON = {
     "top_k": maybe(INTS), "min_p": maybe(st.floats(0, 1)),
     "repetition_penalty": maybe(st.floats(0, 2)), "ignore_eos": maybe(st.booleans()),
     "min_tokens": maybe(st.integers(0, 2)), "max_tokens": maybe(st.integers(1, 4)),
+    "stop_token_ids": maybe(st.lists(st.one_of(st.integers(0, 5000), INTS), max_size=3)),
+    "include_stop_str_in_output": maybe(st.booleans()),
+    "skip_special_tokens": maybe(st.booleans()),
+    "spaces_between_special_tokens": maybe(st.booleans()),
+    "add_special_tokens": maybe(st.booleans()),
+    # vLLM fields specgw refuses unless they ask for nothing (gateway.protocol.UNHONOURED)
+    "use_beam_search": maybe(st.booleans()), "priority": maybe(INTS),
+    "structured_outputs": JSON, "request_id": maybe(TEXT),
 }
 CHAT = {**COMMON, "max_completion_tokens": maybe(st.integers(1, 4)),
         "logprobs": maybe(st.booleans()), "top_logprobs": maybe(st.integers(0, 3)),
@@ -71,14 +84,9 @@ CHAT = {**COMMON, "max_completion_tokens": maybe(st.integers(1, 4)),
                                        st.fixed_dictionaries({"type": st.just("function"),
                                                               "function": st.fixed_dictionaries(
                                                                   {"name": maybe(TEXT)})}))),
-        "parallel_tool_calls": maybe(st.booleans()),
-        "response_format": maybe(st.one_of(
-            st.fixed_dictionaries({"type": st.sampled_from(["text", "json_object"])}),
-            st.fixed_dictionaries({"type": st.just("json_schema"), "json_schema":
-                                   st.fixed_dictionaries({"name": maybe(TEXT)}, optional={
-                                       "schema": maybe(SCHEMA),
-                                       "strict": maybe(st.booleans())})})))}
+        "parallel_tool_calls": maybe(st.booleans()), "response_format": RESPONSE_FORMAT}
 COMPLETION = {**COMMON, "logprobs": maybe(st.integers(0, 3)), "echo": maybe(st.booleans()),
+              "response_format": RESPONSE_FORMAT,
               "suffix": maybe(TEXT), "best_of": maybe(st.integers(1, 2)),
               "prompt": maybe(st.one_of(TEXT, st.lists(TEXT, min_size=1, max_size=2),
                                         st.lists(st.integers(-2, 5000), max_size=4)))}

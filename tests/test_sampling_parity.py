@@ -37,6 +37,10 @@ CASES = {
     # (n=null too in OpenAI's types, which vLLM's completions model refuses:
     # tests/test_openai_nulls.py)
     "nulls": {"logprobs": None, "stream": None, "max_tokens": None, "temperature": None},
+    # vLLM's own extras that specgw honours (gateway.protocol), non-default values.
+    "vllm extras": {"max_tokens": 8, "stop": ["x"], "stop_token_ids": [5, 7],
+                    "include_stop_str_in_output": True, "skip_special_tokens": False,
+                    "spaces_between_special_tokens": False},
 }
 
 

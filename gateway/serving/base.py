@@ -52,6 +52,12 @@ class OpenAIServing(ABC):
 
     def sampling(self, req: Any, prompt_len: int, prompt_param: str,
                  structured: dict | None = None) -> Any:
+        # Beyond the vocabulary a stop id is not harmless: with min_tokens vLLM masks the
+        # stop ids' logits by index, out of range for the whole batch.
+        vocab = len(self.engine.tokenizer)
+        if any(t >= vocab for t in req.stop_token_ids or ()):
+            raise invalid(f"stop_token_ids: token ids must be in [0, {vocab})",
+                          param="stop_token_ids")
         kwargs = sampling_kwargs(req, prompt_len, self.engine.max_model_len, req.stream,
                                  prompt_param, self.engine.sampling_defaults(), structured)
         try:

@@ -44,7 +44,7 @@ class ChatServing(OpenAIServing):
                                            add_generation_prompt=True)
         except Exception as exc:  # template errors are the caller's messages' fault
             raise invalid(f"could not apply the chat template: {exc}", param="messages") from exc
-        ids = tok.encode(text, add_special_tokens=False)
+        ids = tok.encode(text, add_special_tokens=req.add_special_tokens)
         params = self.sampling(req, len(ids), "messages", structured)
         return Prepared(f"chatcmpl-{uuid.uuid4().hex}", [ids], params, req.n, len(ids), [text],
                         plan)

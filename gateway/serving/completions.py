@@ -11,12 +11,15 @@ from gateway.openai_format import CompletionFormatter
 from gateway.protocol import CompletionRequest
 from gateway.sampling import reject_unsupported
 from gateway.serving.base import OpenAIServing
+from gateway.structured_output import structured_outputs
 
 
-def encode_prompt(tok: Tokenizer, prompt: str | list[int], vocab: int) -> tuple[list[int], str]:
-    """One prompt (text or token ids) -> (token ids, its text)."""
+def encode_prompt(tok: Tokenizer, prompt: str | list[int], vocab: int,
+                  add_special_tokens: bool) -> tuple[list[int], str]:
+    """One prompt (text or token ids) -> (token ids, its text). Token ids are taken as
+    given, as vLLM does."""
     if isinstance(prompt, str):
-        ids, text = tok.encode(prompt, add_special_tokens=False), prompt
+        ids, text = tok.encode(prompt, add_special_tokens=add_special_tokens), prompt
     else:
         if not prompt:
             raise invalid("prompt: token list must not be empty", param="prompt")
@@ -40,9 +43,10 @@ class CompletionServing(OpenAIServing):
         except ValueError as exc:
             raise invalid(str(exc), param="prompt") from exc
         vocab = len(tok)
-        encoded = [encode_prompt(tok, p, vocab) for p in raw]
+        encoded = [encode_prompt(tok, p, vocab, req.add_special_tokens) for p in raw]
         prompts = [ids for ids, _ in encoded]
-        params = self.sampling(req, max(len(p) for p in prompts), "prompt")
+        params = self.sampling(req, max(len(p) for p in prompts), "prompt",
+                               structured_outputs(req.response_format))
         return Prepared(f"cmpl-{uuid.uuid4().hex}", prompts, params, req.n,
                         sum(len(p) for p in prompts), [text for _, text in encoded])
 

@@ -1,0 +1,119 @@
+"""Every field of vLLM's own request models is either honoured by specgw's (a field of
+``gateway.protocol``'s model) or listed in its ``UNHONOURED`` table with vLLM's default
+among the values that ask for nothing; any other value is a 400 naming the field. A vLLM
+release that adds a request field fails here until it is placed, so no vLLM client's
+parameter is dropped without a word."""
+
+from __future__ import annotations
+
+import json
+
+import openai
+import pytest
+from conftest import MODEL, ROOT
+from vllm.entrypoints.openai.chat_completion.protocol import (
+    ChatCompletionRequest as VllmChat,
+)
+from vllm.entrypoints.openai.completion.protocol import CompletionRequest as VllmCompletion
+
+from gateway.errors import OpenAIError
+from gateway.protocol import ChatCompletionRequest, CompletionRequest
+from gateway.sampling import reject_unsupported
+
+PAIRS = [(CompletionRequest, VllmCompletion, {"prompt": "x"}),
+         (ChatCompletionRequest, VllmChat, {"messages": [{"role": "user", "content": "x"}]})]
+IDS = ["completions", "chat"]
+# Fields whose default vLLM draws per request (request_id: a fresh uuid): any value a
+# client sends is its own choice, so none asks for nothing.
+DRAWN = {"request_id"}
+
+
+@pytest.mark.parametrize(("ours", "theirs", "base"), PAIRS, ids=IDS)
+def test_every_vllm_field_is_honoured_or_refused(ours, theirs, base):
+    unplaced = set(theirs.model_fields) - set(ours.model_fields) - set(ours.UNHONOURED)
+    assert not unplaced, f"vLLM request fields neither honoured nor refused: {unplaced}"
+    stale = set(ours.UNHONOURED) - set(theirs.model_fields)
+    assert not stale, f"UNHONOURED names fields vLLM no longer has: {stale}"
+    honoured_and_refused = set(ours.UNHONOURED) & set(ours.model_fields)
+    assert not honoured_and_refused
+    for name in set(ours.UNHONOURED) - DRAWN:
+        default = theirs.model_fields[name].get_default(call_default_factory=True)
+        assert default in ours.UNHONOURED[name], (name, default)
+        # vLLM's default is accepted...
+        reject_unsupported(ours(model="m", **base, **{name: default}), speculative=True)
+
+
+@pytest.mark.parametrize(("ours", "theirs", "base"), PAIRS, ids=IDS)
+@pytest.mark.parametrize("field", ["use_beam_search", "priority", "structured_outputs",
+                                   "truncate_prompt_tokens", "request_id"])
+def test_a_value_that_asks_for_something_is_a_400_naming_it(ours, theirs, base, field):
+    value = {"use_beam_search": True, "priority": 5, "structured_outputs": {"regex": "a+"},
+             "truncate_prompt_tokens": 4, "request_id": "mine"}[field]
+    req = ours(model="m", **base, **{field: value})
+    with pytest.raises(OpenAIError) as info:
+        reject_unsupported(req, speculative=True)
+    assert info.value.status == 400
+    assert info.value.param == field and info.value.code == "unsupported_parameter"
+
+
+def test_fields_of_neither_api_are_still_ignored():
+    req = CompletionRequest(model="m", prompt="x", some_future_openai_field={"a": 1})
+    reject_unsupported(req, speculative=True)
+
+
+PROMPT = "def fib(n):"
+
+
+def greedy(client, **extra):
+    r = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=24, temperature=0,
+                                  extra_body=extra or None)
+    return r.choices[0]
+
+
+def test_stop_token_ids_stop_the_real_engine(client):
+    from transformers import AutoTokenizer
+
+    free = greedy(client, ignore_eos=True)
+    tok = AutoTokenizer.from_pretrained(ROOT / "models/tiny-code-llama/target")
+    ids = tok.encode(free.text, add_special_tokens=False)
+    stopped = greedy(client, ignore_eos=True, stop_token_ids=[ids[len(ids) // 2]])
+    assert stopped.finish_reason == "stop", stopped
+    assert len(stopped.text) < len(free.text) and free.text.startswith(stopped.text)
+
+
+def test_include_stop_str_in_output_on_the_real_engine(client):
+    free = greedy(client, ignore_eos=True).text
+    stop = free[6:9]
+    cut = free[:free.index(stop)]
+    assert greedy(client, ignore_eos=True, stop=[stop]).text == cut
+    assert greedy(client, ignore_eos=True, stop=[stop],
+                  include_stop_str_in_output=True).text == cut + stop
+
+
+def test_response_format_constrains_a_completion(client):
+    r = client.completions.create(model=MODEL, prompt="point = ", max_tokens=40, seed=3,
+                                  extra_body={"response_format": {"type": "json_object"}})
+    text = r.choices[0].text
+    if r.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(text), dict), text
+    else:  # cut at max_tokens: still a JSON object prefix
+        assert text.lstrip().startswith("{"), text
+
+
+def test_unhonoured_vllm_field_is_a_400_from_the_server(client):
+    with pytest.raises(openai.BadRequestError) as info:
+        greedy(client, structured_outputs={"regex": "a+"})
+    err = info.value.body
+    assert err["param"] == "structured_outputs" and err["code"] == "unsupported_parameter"
+    assert greedy(client, use_beam_search=False, priority=0).finish_reason  # defaults pass
+
+
+def test_stop_token_ids_beyond_the_vocabulary_are_a_400_not_a_dead_engine(client):
+    # With min_tokens vLLM masks the stop ids' logits by index (int32): an id past the
+    # vocabulary would fail the engine's whole batch step.
+    vocab = 4096  # models/tiny-code-llama's tokenizer
+    for ids in ([vocab], [2**31], [2**63 - 1]):
+        with pytest.raises(openai.BadRequestError) as info:
+            greedy(client, stop_token_ids=ids, min_tokens=2)
+        assert info.value.body["param"] == "stop_token_ids", info.value.body
+    assert greedy(client, stop_token_ids=[vocab - 1], min_tokens=2).text
