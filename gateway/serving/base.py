@@ -37,6 +37,12 @@ class Formatter(Protocol):
     def full(self, finals: dict[int, Delta], u: dict) -> dict: ...
 
 
+def check_token_ids(ids: Any, vocab: int, param: str) -> None:
+    """Token ids a client sent, against the tokenizer's vocabulary: a 400 naming ``param``."""
+    if any(t < 0 or t >= vocab for t in ids):
+        raise invalid(f"{param}: token ids must be in [0, {vocab})", param=param)
+
+
 class OpenAIServing(ABC):
     endpoint: ClassVar[str]
 
@@ -52,12 +58,10 @@ class OpenAIServing(ABC):
 
     def sampling(self, req: Any, prompt_len: int, prompt_param: str,
                  structured: dict | None = None) -> Any:
-        # Beyond the vocabulary a stop id is not harmless: with min_tokens vLLM masks the
-        # stop ids' logits by index, out of range for the whole batch.
-        vocab = len(self.engine.tokenizer)
-        if any(t >= vocab for t in req.stop_token_ids or ()):
-            raise invalid(f"stop_token_ids: token ids must be in [0, {vocab})",
-                          param="stop_token_ids")
+        # vLLM 0.32 refuses these too, but only in the engine's input processor (against
+        # the model's vocabulary); here it is a 400 before any stream opens, on every
+        # vLLM version the table covers.
+        check_token_ids(req.stop_token_ids or (), len(self.engine.tokenizer), "stop_token_ids")
         kwargs = sampling_kwargs(req, prompt_len, self.engine.max_model_len, req.stream,
                                  prompt_param, self.engine.sampling_defaults(), structured)
         try:

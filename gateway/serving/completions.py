@@ -10,7 +10,7 @@ from gateway.local_backend import Prepared
 from gateway.openai_format import CompletionFormatter
 from gateway.protocol import CompletionRequest
 from gateway.sampling import reject_unsupported
-from gateway.serving.base import OpenAIServing
+from gateway.serving.base import OpenAIServing, check_token_ids
 from gateway.structured_output import structured_outputs
 
 
@@ -23,8 +23,7 @@ def encode_prompt(tok: Tokenizer, prompt: str | list[int], vocab: int,
     else:
         if not prompt:
             raise invalid("prompt: token list must not be empty", param="prompt")
-        if any(t < 0 or t >= vocab for t in prompt):
-            raise invalid(f"prompt: token ids must be in [0, {vocab})", param="prompt")
+        check_token_ids(prompt, vocab, "prompt")
         ids = list(prompt)
         text = tok.decode(ids)
     if not ids:
