@@ -1255,7 +1255,7 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
              earlier: list[RunSet], cost: dict | None = None,
              toggle: dict | None = None, router: RunSet | None = None,
              router_also: Sequence[RunSet] = (), alt: dict | None = None,
-             split: Sequence[RunSet] = ()) -> list[str]:
+             split: Sequence[RunSet] = (), alt_src: Sequence[Path] = ()) -> list[str]:
     st = pair_stats(serve)
     router = router or serve
     rst = pair_stats(router)
@@ -1270,7 +1270,8 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
            "".join(f" --spec {rs.src}" for rs in spec) +
            "".join(f" --earlier {rs.src}" for rs in earlier) +
            "".join(f" --router-also {rs.src}" for rs in router_also) +
-           "".join(f" --split {rs.src}" for rs in split))
+           "".join(f" --split {rs.src}" for rs in split) +
+           ("".join(f" --probe-alternate {p}" for p in alt_src) if len(alt_src) > 1 else ""))
     # The target-1 set's card, then the alternation's where it differs: a set from
     # another card (the alternation may come from an H100) must not read as the H200's.
     alt_card = alt["meta"].get("device_name", alt["meta"]["device"]) if alt else None
@@ -1398,8 +1399,10 @@ def main() -> None:
     ap.add_argument("--probe-cost", type=Path, default=Path("docs/probe_cost.json"))
     ap.add_argument("--probe-toggle", type=Path,
                     default=Path("docs/gpu/probe_toggle/probe_toggle.json"))
-    ap.add_argument("--probe-alternate", type=Path,
-                    default=Path("docs/gpu/probe_alternate/probe_alternate.json"))
+    ap.add_argument("--probe-alternate", type=Path, action="append", default=[],
+                    help="probe_alternate.json of a run, repeatable: each concurrency "
+                         "from the last run that has it (default: docs/gpu/probe_alternate"
+                         "/probe_alternate.json)")
     ap.add_argument("--out", type=Path, default=Path("docs/benchmarks.md"))
     a = ap.parse_args()
     spec = [RunSet.load(s) for s in a.spec or [SC / "run3_1b_a", SC / "run3_1b_b"]]
@@ -1408,13 +1411,15 @@ def main() -> None:
         SC / "run5_instance", SC / "run6_instance", SC / "run4_speed", SC / "run3",
         SC / "run1"]]
     cost = json.loads(a.probe_cost.read_text()) if a.probe_cost.exists() else None
+    alt = [p for p in a.probe_alternate
+           or [Path("docs/gpu/probe_alternate/probe_alternate.json")] if p.exists()]
     toggle = json.loads(a.probe_toggle.read_text()) if a.probe_toggle.exists() else None
     lines = document(RunSet.load(a.serve), spec, info, a.out, earlier, cost, toggle,
                      RunSet.load(a.router) if a.router else None,
                      [RunSet.load(s) for s in a.router_also],
-                     json.loads(a.probe_alternate.read_text())
-                     if a.probe_alternate.exists() else None,
-                     [RunSet.load(s) for s in a.split])
+                     probe_alternate_data.merge([json.loads(p.read_text()) for p in alt])
+                     if alt else None,
+                     [RunSet.load(s) for s in a.split], alt)
     write(a.out, lines)
     print("\n".join(lines))
 

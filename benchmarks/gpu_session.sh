@@ -30,6 +30,13 @@
 #                                 into <name>.tar.gz.partNN of 15 MiB when larger than
 #                                 that): `cat <name>.tar.gz* | tar xz` unpacks <name>/
 #
+#   gpu_session.sh build PRESET   build a model pair (models/build_pair.py, torch only: no
+#                                 stash needed) in the background into /root/pair-PRESET,
+#                                 wait for it at most BUILD_WAIT_S (default 540), and once
+#                                 it is done hand it back as $OUT/pair-PRESET.tar.partNN
+#                                 (`cat pair-PRESET.tar.part* | tar x`); call again to
+#                                 keep waiting (the build survives the call)
+#
 # Examples: `job benchmarks/gpu_bench.py --pair /root/pair-150m --jobs no-spec:0,...`,
 #           `job benchmarks/serve_compare.py --concurrency 1,16,64,128 --reps 5`.
 set -uo pipefail
@@ -49,6 +56,31 @@ stash)
     sleep 25; tail -c 800 /root/build_pair.log | tr '\r' '\n' | tail -4
   fi
   nvidia-smi --query-gpu=name,memory.used,utilization.gpu --format=csv
+  ;;
+build)
+  preset=${2:?usage: $0 build PRESET}; dir=/root/pair-$preset; log=/root/build-$preset.log
+  if [ ! -f "$dir/eagle3/model.safetensors" ] && ! pgrep -f "build_pair.py --preset $preset" >/dev/null; then
+    mkdir -p /root/buildsrc "$dir" && cp models/build_pair.py models/tiny-code-llama/target/tokenizer.json /root/buildsrc/
+    RAYON_NUM_THREADS=16 PYTHONUNBUFFERED=1 setsid nohup python3 /root/buildsrc/build_pair.py \
+      --preset "$preset" --out "$dir" --tokenizer /root/buildsrc/tokenizer.json \
+      >"$log" 2>&1 </dev/null &
+  fi
+  nvidia-smi --query-gpu=name,memory.used,utilization.gpu --format=csv,noheader
+  end=$((SECONDS + ${BUILD_WAIT_S:-540}))
+  # build_info.json is written after each phase: the head's weights mark the end.
+  while pgrep -f "build_pair.py --preset $preset" >/dev/null && [ $SECONDS -lt $end ]; do
+    sleep 10
+  done
+  grep -E "INFO|WARN|Error|error" "$log" | cut -c1-300 | tail -12
+  if [ -f "$dir/eagle3/model.safetensors" ] && ! pgrep -f "build_pair.py --preset $preset" >/dev/null; then
+    # In 15 MiB parts: the device hands back no file over 16 MiB (a pair is ~25 MB).
+    tar cf - -C /root "pair-$preset" | split -b 15M -d - "${OUT:-/tmp/out}/pair-$preset.tar.part"
+    cp "$log" "${OUT:-/tmp/out}/"
+    echo "build $preset done"
+  else
+    pgrep -f "build_pair.py --preset $preset" >/dev/null && { echo "build $preset running"; exit 0; }
+    cp "$log" "${OUT:-/tmp/out}/"; echo "build $preset FAILED"; exit 5
+  fi
   ;;
 install)
   mkdir -p "$SITE"

@@ -301,6 +301,19 @@ def report(data: dict, candidate: str, baseline: str | None) -> str:
               "", f"Candidate `{candidate}`: "
               + ("all targets met." if all(ok for *_, ok, _ in table[candidate])
                  else "targets not all met.")]
+    lines += ["", "## Completions that parse with no code in them", "",
+              "A completion with nothing but whitespace before the model ends it parses "
+              "whenever the prompt does, and the issue's metric counts it. Counted apart, "
+              "computed from the same completions; no verdict changes.", "",
+              "| pair | temperature | parse | of them empty | parse with code |",
+              "|---|---|---|---|---|"]
+    for r in res.values():
+        for p in r["parse"]:
+            ok = [c for c in p["completions"] if c["parses"]]
+            empty = sum(not c["completion"].strip() for c in ok)
+            n = len(p["completions"])
+            lines.append(f"| {r['label']} | {p['temperature']} | {len(ok)} of {n} | {empty} | "
+                         f"{len(ok) - empty} of {n} ({(len(ok) - empty) / n:.0%}) |")
     lines += ["", "## All pairs", "",
               "| pair | preset | MB | target loss (train / held-out) | start s | tok/s t=0 | "
               "acceptance t=0 | acceptance t=1 | parse t=0 | parse t=0.7 | chat code parses |",

@@ -181,6 +181,33 @@ def requested(data: dict) -> list[int]:
     return list(DEFAULT_CONCURRENCY)
 
 
+def merge(runs: list[dict]) -> dict:
+    """Several runs as one: each concurrency's cell from the last run that has it. A cell
+    is measured inside one engine (its pairs are neighbouring steps), so cells of runs on
+    separate engine starts stand side by side; the runs must share one engine
+    configuration, and ``meta['runs']`` says which run gave which cells."""
+    if len(runs) == 1:
+        return runs[0]
+    if any(r["config"] != runs[0]["config"] for r in runs[1:]):
+        raise ValueError("probe_alternate runs with different engine configurations")
+    cells: dict[int, dict] = {}
+    asked: list[int] = []
+    for r in runs:
+        cells |= {c["concurrency"]: c for c in r["cells"]}
+        asked += [c for c in requested(r) if c not in asked]
+    meta = dict(runs[0]["meta"])
+    meta |= {"command": " and ".join(f"`{r['meta']['command']}`" for r in runs),
+             "date": " and ".join(r["meta"]["date"] for r in runs),
+             "concurrency": sorted(asked),
+             "runs": [{"date": r["meta"]["date"],
+                       "device_name": r["meta"].get("device_name", r["meta"]["device"]),
+                       "cells": sorted(c for c, cell in cells.items()
+                                       if any(cell is x for x in r["cells"]))}
+                      for r in runs]}
+    return {"meta": meta, "config": runs[0]["config"],
+            "cells": [cells[c] for c in sorted(cells)]}
+
+
 def missing_text(data: dict) -> str | None:
     done = {c["concurrency"] for c in data["cells"]}
     missing = [c for c in requested(data) if c not in done]
@@ -197,14 +224,19 @@ def report_body(data: dict) -> list[str]:
     """The report below its title (the issue's page sets it under a heading of its own)."""
     m = data["meta"]
     cells = verdicts(data)
+    command = m["command"] if "runs" in m else f"`{m['command']}`"
     lines = [
-        f"`{m['command']}`, {m['date']}, {m.get('device_name', m['device'])}, vLLM "
+        f"{command}, {m['date']}, {m.get('device_name', m['device'])}, vLLM "
         f"{m['vllm']}, torch {m['torch']}. One `specgw serve` (serve_compare's engine "
         f"configuration); per concurrency {m['blocks']} alternations of {m['steps']} engine "
         f"steps, `ab` and `aa` in turn, under closed-loop greedy load of {m['output_len']} "
         f"tokens per request; the probe poller read the ledgers every {m['poll_s']:g} s. "
         "Protocol and analysis: `benchmarks/probe_alternate.py`, "
-        "`benchmarks/probe_alternate_data.py`; raw records: `probe_alternate.json`.", "",
+        "`benchmarks/probe_alternate_data.py`; raw records: `probe_alternate.json`"
+        + ("" if "runs" not in m else " of each run. Runs on separate engine starts, one "
+           "engine configuration: " + "; ".join(
+               f"{r['date']} ({r['device_name']}): c={', '.join(map(str, r['cells']))}"
+               for r in m["runs"])) + ".", "",
         "Overhead = sum of the steps with the probes in / sum of their neighbours with the "
         "probes out - 1, over pairs of neighbouring steps that did the same work "
         "(bootstrap 95% interval over pairs); `aa` is the control, the probes in on both "

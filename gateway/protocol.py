@@ -21,6 +21,7 @@ from pydantic import (
     Field,
     StrictBool,
     StrictInt,
+    field_validator,
     model_validator,
 )
 
@@ -155,11 +156,20 @@ _UNHONOURED_COMMON: dict[str, tuple[Any, ...]] = {
     "structured_outputs": (None,),  # response_format is the supported form
     "thinking_token_budget": (None,),
     "truncate_prompt_tokens": (None,),
-    "truncation_side": (None,),
+    # Only read with truncate_prompt_tokens, which asks for nothing here.
+    "truncation_side": (None, "left", "right"),
     "use_beam_search": (None, False),
     "vllm_xargs": (None,),
     "watermarking": (None, False),
 }
+
+
+# transformers' apply_chat_template parameters (4.5x-5.x) and the names it fills itself.
+CHAT_TEMPLATE_PARAMETERS = frozenset({
+    "add_generation_prompt", "chat_template", "continue_final_message", "conversation",
+    "documents", "max_length", "messages", "padding", "return_assistant_tokens_mask",
+    "return_dict", "return_tensors", "tokenize", "tokenizer_kwargs", "tools", "truncation",
+})
 
 
 class _SamplingFields(BaseModel):
@@ -214,15 +224,15 @@ class ChatCompletionRequest(_SamplingFields):
         **_UNHONOURED_COMMON,
         "add_generation_prompt": (None, True),
         "chat_template": (None,),
-        "chat_template_kwargs": (None, {}),
         "continue_final_message": (None, False),
         "documents": (None,),
         "echo": (None, False),
         "include_reasoning": (None, True, False),  # no reasoning parser: nothing to include
         "media_io_kwargs": (None,),
         "mm_processor_kwargs": (None,),
-        # As OpenAI answers it for a model that does not reason.
-        "reasoning_effort": (None,),
+        # As OpenAI answers it for a model that does not reason; "none" asks for no
+        # reasoning (vLLM: enable_thinking false), which is what such a model does.
+        "reasoning_effort": (None, "none"),
         "return_prompt_text": (None, False),
     }
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
@@ -236,6 +246,20 @@ class ChatCompletionRequest(_SamplingFields):
     response_format: ResponseFormat | None = None
     # vLLM's defaults per endpoint: the chat template writes its own BOS.
     add_special_tokens: StrictBool = False
+    # Variables for the chat template (Qwen3's enable_thinking, say), as vLLM passes them.
+    chat_template_kwargs: dict[str, Any] | None = None
+
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _template_variables_only(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        # apply_chat_template's own parameters would change what it returns (tokens, a
+        # dict) or override what the request says (messages, tools): refused, not a 500.
+        taken = sorted(set(v or ()) & CHAT_TEMPLATE_PARAMETERS)
+        if taken:
+            raise ValueError(f"chat_template_kwargs: {', '.join(taken)} cannot be set "
+                             "here (a parameter of the template call, not a variable of "
+                             "the template)")
+        return v
 
     @model_validator(mode="after")
     def _check_chat(self):

@@ -132,6 +132,40 @@ def test_line_split_sources_teach_the_lone_newline_before_an_indented_line():
         [*e.ids, eos] for e in tok.encode_batch(texts)]
 
 
+def test_definition_units_end_each_top_level_definition_with_eos():
+    from tokenizers import Tokenizer
+
+    src = ('"""Module."""\nimport os\n\nX = 1\n\n\ndef first(a):\n    return a\n\n\n'
+           '# about second\n@staticmethod\ndef second(b):\n    if b:\n        return b\n\n'
+           'Y = 2\n\n\nclass Third:\n    def method(self):\n        pass\n')
+    pieces = build_pair.definition_units(src)
+    assert pieces == [
+        '"""Module."""\nimport os\n\nX = 1\n\n\ndef first(a):\n    return a\n',
+        "# about second\n@staticmethod\ndef second(b):\n    if b:\n        return b\n\n"
+        "Y = 2\n",
+        "class Third:\n    def method(self):\n        pass\n"]
+    assert all(compile(p, "<unit>", "exec") for p in pieces)
+    assert build_pair.definition_units("def broken(:\n") == ["def broken(:\n"]
+    # A form feed is no line break to ast: the cut stays before the definition.
+    assert build_pair.definition_units("x = 1\x0c\ndef a():\n    pass\ndef b():\n    pass") == [
+        "x = 1\x0c\ndef a():\n    pass\n", "def b():\n    pass\n"]
+
+    tok = Tokenizer.from_file(str(TOKENIZER))
+    eos = tok.token_to_id("<|eos|>")
+    cfg = dataclasses.replace(build_pair.PRESETS["h200-code-units"], split_lines_share=0.0,
+                              threads=1)
+    texts = [src] * 40
+    docs = build_pair.encode_sources(tok, texts, cfg)
+    cut = len(docs) - len(texts)  # each cut file adds two documents
+    assert cut % 2 == 0 and 0 < cut // 2 < len(texts)
+    assert all(d[-1] == eos and eos not in d[:-1] for d in docs)
+    assert {tok.decode(d[:-1]) for d in docs} == {src, *pieces}
+    assert docs == build_pair.encode_sources(tok, texts, cfg)  # seeded
+    whole = dataclasses.replace(cfg, unit_share=0.0)
+    assert build_pair.encode_sources(tok, texts, whole) == [
+        [*e.ids, eos] for e in tok.encode_batch(texts)]
+
+
 def test_1b_preset_code_path_has_grouped_kv_heads_and_fits_its_schedule_to_the_budget(
         tmp_path, monkeypatch):
     from transformers import AutoConfig

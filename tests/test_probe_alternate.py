@@ -211,3 +211,19 @@ def test_the_issue_page_reads_target_2_from_the_alternation():
     rows = alternate_rows(cut)
     assert all(r[3] == "not resolved (1 of 2 concurrencies met)" for r in rows), rows
     assert all("c=16: not measured" in r[4] for r in rows)
+    # The missing concurrency measured by a second run on another engine start: the
+    # merged runs answer for both, each cell from the run that measured it.
+    second = {"meta": {"command": "python -m benchmarks.probe_alternate --concurrency 16",
+                       "date": "d2", "device": "cuda"}, "config": {"k": 3},
+              "cells": [{**data(1.05)["cells"][0], "concurrency": 16}]}
+    first = {**cut, "config": {"k": 3}}
+    first["meta"] = {**cut["meta"], "date": "d1", "device": "cuda"}
+    merged = pad.merge([first, second])
+    assert [c["concurrency"] for c in merged["cells"]] == [1, 16]
+    assert merged["meta"]["concurrency"] == [1, 16]
+    assert [r["cells"] for r in merged["meta"]["runs"]] == [[1], [16]]
+    rows = alternate_rows(merged)
+    assert all(r[3].startswith("**no**") and "c=16: above 1%" in r[4]
+               and "not measured" not in r[4] for r in rows), rows
+    with pytest.raises(ValueError):
+        pad.merge([first, {**second, "config": {"k": 4}}])

@@ -118,3 +118,29 @@ def test_stop_token_ids_beyond_the_vocabulary_are_a_400_not_a_dead_engine(client
             greedy(client, stop_token_ids=ids, min_tokens=2)
         assert info.value.body["param"] == "stop_token_ids", info.value.body
     assert greedy(client, stop_token_ids=[vocab - 1], min_tokens=2).text
+
+
+def chat(client, **extra):
+    return client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": PROMPT}], max_tokens=4,
+        temperature=0, extra_body=extra or None)
+
+
+def test_chat_template_kwargs_reach_the_template(client):
+    # The bundled template starts with {{ bos_token }}: a variable the request may set,
+    # as vLLM lets it (transformers lets template kwargs override the special tokens).
+    plain = chat(client).usage.prompt_tokens
+    doubled = chat(client, chat_template_kwargs={"bos_token": "<|bos|><|bos|>"})
+    assert doubled.usage.prompt_tokens == plain + 1
+    # A variable this template does not read (Qwen3's) changes nothing and is no error.
+    assert chat(client, chat_template_kwargs={"enable_thinking": False}).usage.prompt_tokens \
+        == plain
+    assert chat(client, reasoning_effort="none").choices[0].finish_reason
+
+
+@pytest.mark.parametrize("key", ["tokenize", "return_dict", "add_generation_prompt", "tools"])
+def test_chat_template_call_parameters_are_a_400(client, key):
+    with pytest.raises(openai.BadRequestError) as info:
+        chat(client, chat_template_kwargs={key: True})
+    assert key in info.value.body["message"], info.value.body
+    assert chat(client).choices[0].finish_reason  # the server serves on

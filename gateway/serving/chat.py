@@ -41,7 +41,8 @@ class ChatServing(OpenAIServing):
         try:
             text = tok.apply_chat_template(messages, tools=plan.tools if plan else None,
                                            tokenize=False,
-                                           add_generation_prompt=True)
+                                           add_generation_prompt=True,
+                                           **(req.chat_template_kwargs or {}))
         except Exception as exc:  # template errors are the caller's messages' fault
             raise invalid(f"could not apply the chat template: {exc}", param="messages") from exc
         ids = tok.encode(text, add_special_tokens=req.add_special_tokens)
