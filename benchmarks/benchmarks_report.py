@@ -1271,7 +1271,7 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
            "".join(f" --earlier {rs.src}" for rs in earlier) +
            "".join(f" --router-also {rs.src}" for rs in router_also) +
            "".join(f" --split {rs.src}" for rs in split) +
-           ("".join(f" --probe-alternate {p}" for p in alt_src) if len(alt_src) > 1 else ""))
+           "".join(f" --probe-alternate {p}" for p in alt_src))
     # The target-1 set's card, then the alternation's where it differs: a set from
     # another card (the alternation may come from an H100) must not read as the H200's.
     alt_card = alt["meta"].get("device_name", alt["meta"]["device"]) if alt else None
@@ -1411,15 +1411,16 @@ def main() -> None:
         SC / "run5_instance", SC / "run6_instance", SC / "run4_speed", SC / "run3",
         SC / "run1"]]
     cost = json.loads(a.probe_cost.read_text()) if a.probe_cost.exists() else None
-    alt = [p for p in a.probe_alternate
-           or [Path("docs/gpu/probe_alternate/probe_alternate.json")] if p.exists()]
+    # Paths given must exist (a typo must not drop a run); the default may be absent.
+    default_alt = Path("docs/gpu/probe_alternate/probe_alternate.json")
+    alt = a.probe_alternate or ([default_alt] if default_alt.exists() else [])
     toggle = json.loads(a.probe_toggle.read_text()) if a.probe_toggle.exists() else None
     lines = document(RunSet.load(a.serve), spec, info, a.out, earlier, cost, toggle,
                      RunSet.load(a.router) if a.router else None,
                      [RunSet.load(s) for s in a.router_also],
                      probe_alternate_data.merge([json.loads(p.read_text()) for p in alt])
                      if alt else None,
-                     [RunSet.load(s) for s in a.split], alt)
+                     [RunSet.load(s) for s in a.split], a.probe_alternate)
     write(a.out, lines)
     print("\n".join(lines))
 

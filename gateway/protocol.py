@@ -231,7 +231,7 @@ class ChatCompletionRequest(_SamplingFields):
         "media_io_kwargs": (None,),
         "mm_processor_kwargs": (None,),
         # As OpenAI answers it for a model that does not reason; "none" asks for no
-        # reasoning (vLLM: enable_thinking false), which is what such a model does.
+        # reasoning, passed to the template as enable_thinking false (serving/chat.py).
         "reasoning_effort": (None, "none"),
         "return_prompt_text": (None, False),
     }

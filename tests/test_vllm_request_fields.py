@@ -144,3 +144,17 @@ def test_chat_template_call_parameters_are_a_400(client, key):
         chat(client, chat_template_kwargs={key: True})
     assert key in info.value.body["message"], info.value.body
     assert chat(client).choices[0].finish_reason  # the server serves on
+
+
+def test_reasoning_effort_none_turns_thinking_off_as_vllm_renders_it():
+    from gateway.serving.chat import template_kwargs
+
+    def req(**extra):
+        return ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "x"}],
+                                     **extra)
+
+    assert template_kwargs(req(reasoning_effort="none")) == {"enable_thinking": False}
+    assert template_kwargs(req(reasoning_effort="none",
+                               chat_template_kwargs={"enable_thinking": True})) == {
+        "enable_thinking": True}
+    assert template_kwargs(req()) == {}

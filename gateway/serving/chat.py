@@ -15,6 +15,15 @@ from gateway.structured_output import structured_outputs
 from gateway.tool_calls import plan_tools, template_messages
 
 
+def template_kwargs(req: ChatCompletionRequest) -> dict:
+    """The request's template variables; reasoning_effort "none" turns thinking off
+    unless the request says otherwise, as vLLM renders it (enable_thinking false)."""
+    kwargs = dict(req.chat_template_kwargs or {})
+    if (req.model_extra or {}).get("reasoning_effort") == "none":
+        kwargs.setdefault("enable_thinking", False)
+    return kwargs
+
+
 class ChatServing(OpenAIServing):
     endpoint = "chat"
 
@@ -42,7 +51,7 @@ class ChatServing(OpenAIServing):
             text = tok.apply_chat_template(messages, tools=plan.tools if plan else None,
                                            tokenize=False,
                                            add_generation_prompt=True,
-                                           **(req.chat_template_kwargs or {}))
+                                           **template_kwargs(req))
         except Exception as exc:  # template errors are the caller's messages' fault
             raise invalid(f"could not apply the chat template: {exc}", param="messages") from exc
         ids = tok.encode(text, add_special_tokens=req.add_special_tokens)
