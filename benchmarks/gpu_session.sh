@@ -42,44 +42,52 @@
 set -uo pipefail
 STASH=/root/stash SITE=/tmp/site
 PAIR=${PAIR:-/root/pair-150m}
+
+start_build() {  # PRESET OUT_DIR LOG: models/build_pair.py in the background
+  # A private copy: the working tree is replaced by the next call's.
+  mkdir -p /root/buildsrc "$2" && cp models/build_pair.py models/tiny-code-llama/target/tokenizer.json /root/buildsrc/
+  RAYON_NUM_THREADS=16 PYTHONUNBUFFERED=1 setsid nohup python3 /root/buildsrc/build_pair.py \
+    --preset "$1" --out "$2" --tokenizer /root/buildsrc/tokenizer.json >"$3" 2>&1 </dev/null &
+}
+
+building() {  # PRESET: its build is running (anchored: h200-code is not h200-code-units)
+  pgrep -f "build_pair.py --preset $1( |$)" >/dev/null
+}
+
 case "${1:-}" in
 stash)
   compgen -G ".gpu/*/part.*" >/dev/null || { echo "stash: carry one of .gpu/s*"; exit 2; }
   mkdir -p "$STASH" && cp .gpu/*/part.* "$STASH"/ && ls -la "$STASH"
   if [ -n "${PAIR_PRESET:-}" ] && [ ! -f "$PAIR/build_info.json" ] \
       && ! pgrep -f build_pair.py >/dev/null; then
-    # A private copy: the working tree is replaced by the next call's.
-    mkdir -p /root/buildsrc "$PAIR" && cp models/build_pair.py models/tiny-code-llama/target/tokenizer.json /root/buildsrc/
-    RAYON_NUM_THREADS=16 PYTHONUNBUFFERED=1 setsid nohup python3 /root/buildsrc/build_pair.py \
-      --preset "$PAIR_PRESET" --out "$PAIR" --tokenizer /root/buildsrc/tokenizer.json \
-      >/root/build_pair.log 2>&1 </dev/null &
+    start_build "$PAIR_PRESET" "$PAIR" /root/build_pair.log
     sleep 25; tail -c 800 /root/build_pair.log | tr '\r' '\n' | tail -4
   fi
   nvidia-smi --query-gpu=name,memory.used,utilization.gpu --format=csv
   ;;
 build)
   preset=${2:?usage: $0 build PRESET}; dir=/root/pair-$preset; log=/root/build-$preset.log
-  if [ ! -f "$dir/eagle3/model.safetensors" ] && ! pgrep -f "build_pair.py --preset $preset" >/dev/null; then
-    mkdir -p /root/buildsrc "$dir" && cp models/build_pair.py models/tiny-code-llama/target/tokenizer.json /root/buildsrc/
-    RAYON_NUM_THREADS=16 PYTHONUNBUFFERED=1 setsid nohup python3 /root/buildsrc/build_pair.py \
-      --preset "$preset" --out "$dir" --tokenizer /root/buildsrc/tokenizer.json \
-      >"$log" 2>&1 </dev/null &
+  out=${OUT:-/tmp/out}; mkdir -p "$out"
+  # build_info.json gets build_seconds only at the very end (after the head is saved).
+  built() { grep -q '"build_seconds"' "$dir/build_info.json" 2>/dev/null; }
+  if ! built && ! building "$preset"; then
+    start_build "$preset" "$dir" "$log"
   fi
   nvidia-smi --query-gpu=name,memory.used,utilization.gpu --format=csv,noheader
   end=$((SECONDS + ${BUILD_WAIT_S:-540}))
-  # build_info.json is written after each phase: the head's weights mark the end.
-  while pgrep -f "build_pair.py --preset $preset" >/dev/null && [ $SECONDS -lt $end ]; do
+  while building "$preset" && [ $SECONDS -lt $end ]; do
     sleep 10
   done
   grep -E "INFO|WARN|Error|error" "$log" | cut -c1-300 | tail -12
-  if [ -f "$dir/eagle3/model.safetensors" ] && ! pgrep -f "build_pair.py --preset $preset" >/dev/null; then
+  if building "$preset"; then
+    echo "build $preset running"
+  elif built; then
     # In 15 MiB parts: the device hands back no file over 16 MiB (a pair is ~25 MB).
-    tar cf - -C /root "pair-$preset" | split -b 15M -d - "${OUT:-/tmp/out}/pair-$preset.tar.part"
-    cp "$log" "${OUT:-/tmp/out}/"
+    tar cf - -C /root "pair-$preset" | split -b 15M -d - "$out/pair-$preset.tar.part"
+    cp "$log" "$out/"
     echo "build $preset done"
   else
-    pgrep -f "build_pair.py --preset $preset" >/dev/null && { echo "build $preset running"; exit 0; }
-    cp "$log" "${OUT:-/tmp/out}/"; echo "build $preset FAILED"; exit 5
+    cp "$log" "$out/"; echo "build $preset FAILED"; exit 5
   fi
   ;;
 install)

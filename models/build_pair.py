@@ -467,7 +467,8 @@ def encode_sources(tok: Tokenizer, texts: list[str], cfg: BuildConfig) -> list[l
     """
     eos = tok.token_to_id("<|eos|>")
     if cfg.unit_share:
-        # Its own generator: the line-split draw below stays what it was per document.
+        # Its own generator: the draws of the other options are not shifted (the
+        # line-split draw still falls on other documents, there being more of them).
         units = (torch.rand(len(texts), generator=torch.Generator().manual_seed(cfg.seed + 6))
                  < cfg.unit_share).tolist()
         chosen = [t for t, cut in zip(texts, units, strict=True) if cut]
