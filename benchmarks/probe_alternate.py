@@ -19,6 +19,13 @@ call every step) in turn, the first mode rotated per concurrency. The workers' p
 poller reads the ledgers every ``--poll-s`` seconds meanwhile (1 s: the shortest
 interval, so that there are many reads to price).
 
+``--groups replay,propose,...`` adds, per concurrency, ``ab`` alternations that switch
+one kind of wrapper alone (``engine_ext.internals.install.GROUPS``; the others stay out
+through them): where the cost comes from. The blocks cycle through ``ab``, ``aa`` and one
+``ab`` per group. ``--py-spy RATE`` samples the engine's processes for ``--py-spy-s``
+seconds with the probes in, then as long with them out, after each concurrency's blocks
+under the same load (``OUT/profiles/``): what the engine core's thread runs in each.
+
 Analysis (``probe_alternate_data.py``): a pair counts when both steps had the same
 scheduled tokens and requests (the same work) and no RPC of ours fell into either.
 Overhead = sum of the 'in' steps / sum of the 'out' steps - 1 over the counted pairs (what
@@ -45,18 +52,34 @@ from pathlib import Path
 import aiohttp
 import httpx
 
-from benchmarks.harness import Server
-from benchmarks.probe_alternate_data import report
+from benchmarks.harness import Server, metric_sum, scrape
+from benchmarks.probe_alternate_data import ITERATIONS, profile_reading, profile_stem, report
 from benchmarks.probe_toggle import Load, add_load_args, run_and_report, run_meta
 
 MODES = ("ab", "aa")
 
 
+def group_names(text: str) -> list[str]:
+    from engine_ext.internals.install import GROUPS
+
+    names = [g for g in text.split(",") if g]
+    if bad := [g for g in names if g not in GROUPS]:
+        raise argparse.ArgumentTypeError(f"not among {GROUPS}: {bad}")
+    return names
+
+
+def variants(groups: list[str]) -> list[tuple[str, list[str] | None]]:
+    """What the blocks cycle through: (mode, groups switched; None: all)."""
+    return [("ab", None), ("aa", None), *(("ab", [g]) for g in groups)]
+
+
 async def alternation(http: httpx.AsyncClient, url: str, steps: int, mode: str, seed: int,
-                      timeout_s: float) -> dict:
+                      timeout_s: float, groups: list[str] | None = None) -> dict:
     """One alternation on every rank, waited for; its records, one per rank."""
-    r = await http.post(f"{url}/v1/engine/probes/alternate",
-                        json={"steps": steps, "mode": mode, "seed": seed}, timeout=60)
+    body = {"steps": steps, "mode": mode, "seed": seed}
+    if groups is not None:
+        body["groups"] = groups
+    r = await http.post(f"{url}/v1/engine/probes/alternate", json=body, timeout=60)
     r.raise_for_status()
     t_end = time.monotonic() + timeout_s
     while True:
@@ -66,13 +89,48 @@ async def alternation(http: httpx.AsyncClient, url: str, steps: int, mode: str, 
         r.raise_for_status()
         got = r.json()
         if got["done"]:
-            return {"mode": mode, "seed": seed, "ranks": got["ranks"]}
+            return {"mode": mode, "seed": seed, "groups": groups, "ranks": got["ranks"]}
         if time.monotonic() > t_end:
             raise TimeoutError(f"alternation of {steps} steps not done in {timeout_s:g} s: "
                                f"{got}")
 
 
-async def cell(a: argparse.Namespace, url: str, c: int, first: int) -> dict:
+async def profiles(a: argparse.Namespace, http: httpx.AsyncClient, srv: Server, c: int
+                   ) -> dict[str, dict[str, str]]:
+    """py-spy over ``--py-spy-s`` with the probes in, then out (put back in after), each
+    process's gzipped raw profile under ``OUT/profiles/``; per window its stem, wall time
+    and the engine steps vLLM counted in it."""
+    from benchmarks import py_spy
+    from benchmarks.serve_compare import server_processes
+
+    procs = {f"{p.name().replace('/', '_').replace(' ', '_')}-{p.pid}": p.pid
+             for p in server_processes(srv)}
+    out: dict[str, dict] = {}
+    try:
+        for window, enabled in (("in", True), ("out", False)):
+            r = await http.post(f"{srv.url}/v1/engine/probes", json={"enabled": enabled},
+                                timeout=60)
+            r.raise_for_status()
+            stem = profile_stem(window, c)
+            before = await asyncio.to_thread(scrape, srv.url)
+            t0 = time.monotonic()
+            with py_spy.recording(procs, a.out / "profiles", stem, a.py_spy):
+                await asyncio.sleep(a.py_spy_s)
+            wall = time.monotonic() - t0
+            after = await asyncio.to_thread(scrape, srv.url)
+            out[window] = {"stem": stem, "wall_s": round(wall, 3), "rate": a.py_spy,
+                           "iterations": metric_sum(after, ITERATIONS)
+                           - metric_sum(before, ITERATIONS)}
+            print(f"c={c} py-spy, probes {window}: {wall:.1f} s, "
+                  f"{out[window]['iterations']:.0f} engine steps", flush=True)
+    finally:
+        r = await http.post(f"{srv.url}/v1/engine/probes", json={"enabled": True}, timeout=60)
+        r.raise_for_status()
+    return out
+
+
+async def cell(a: argparse.Namespace, srv: Server, c: int, first: int) -> dict:
+    url = srv.url
     conn = aiohttp.TCPConnector(limit=c, keepalive_timeout=2.0)  # as probe_toggle's
     async with (aiohttp.ClientSession(connector=conn,
                                       timeout=aiohttp.ClientTimeout(total=600)) as load_http,
@@ -84,21 +142,28 @@ async def cell(a: argparse.Namespace, url: str, c: int, first: int) -> dict:
         load = Load(url, a.model_name, c, a.prompt_words, a.output_len, a.seed + c)
         load.start(load_http)
         await asyncio.sleep(a.warmup_s)
-        blocks = []
+        blocks, prof = [], None
+        cycle = variants(a.groups)
         try:
             for b in range(a.blocks):
-                mode = MODES[(first + b) % len(MODES)]
+                mode, groups = cycle[(first + b) % len(cycle)]
                 blk = await alternation(http, url, a.steps, mode, a.seed + 1000 * c + b,
-                                        a.block_timeout_s)
+                                        a.block_timeout_s, groups)
                 blocks.append(blk)
                 rec = blk["ranks"][0]["record"]
                 span = (rec["t_ns"][-1] - rec["t_ns"][0]) / 1e9
-                print(f"c={c} block {b} ({mode}): {a.steps} steps in {span:.1f} s",
-                      flush=True)
+                print(f"c={c} block {b} ({mode}{'' if groups is None else ' ' + groups[0]}): "
+                      f"{a.steps} steps in {span:.1f} s", flush=True)
+            if a.py_spy:
+                prof = await profiles(a, http, srv, c)
         finally:
             await load.stop()
-    return {"concurrency": c, "blocks": blocks, "requests_done": load.done,
-            "errors": load.errors}
+    out = {"concurrency": c, "blocks": blocks, "requests_done": load.done,
+           "errors": load.errors}
+    if prof is not None:
+        out["profiles"] = prof
+        out["profile_reading"] = profile_reading(a.out, out)
+    return out
 
 
 def run(a: argparse.Namespace) -> dict:
@@ -110,7 +175,7 @@ def run(a: argparse.Namespace) -> dict:
     meta = run_meta("probe_alternate", a.argv)
     meta.update(concurrency=a.concurrency, steps=a.steps, blocks=a.blocks, poll_s=a.poll_s,
                 warmup_s=a.warmup_s, prompt_words=a.prompt_words, output_len=a.output_len,
-                load_client="aiohttp")
+                load_client="aiohttp", groups=a.groups, py_spy=a.py_spy, py_spy_s=a.py_spy_s)
     data = {"meta": meta, "cells": []}
     cfg = engine_config(a, meta["device"])
     flags, env = specgw_flags(cfg, True, max(a.concurrency))
@@ -121,7 +186,7 @@ def run(a: argparse.Namespace) -> dict:
         print(f"== specgw serve ready in {time.monotonic() - t:.0f}s", flush=True)
         data["config"] = cfg
         for i, c in enumerate(a.concurrency):
-            data["cells"].append(asyncio.run(cell(a, srv.url, c, first=i)))
+            data["cells"].append(asyncio.run(cell(a, srv, c, first=i)))
             (a.out / "probe_alternate.json").write_text(json.dumps(data))
     finally:
         srv.stop()
@@ -139,6 +204,11 @@ def main() -> None:
     ap.add_argument("--warmup-s", type=float, default=3.0)
     ap.add_argument("--poll-s", type=float, default=1.0)
     ap.add_argument("--block-timeout-s", type=float, default=300)
+    ap.add_argument("--groups", type=group_names, default=[],
+                    help="kinds of wrapper also priced alone (install.GROUPS), comma-separated")
+    ap.add_argument("--py-spy", type=int, default=0, metavar="RATE",
+                    help="samples/s of the probes-in and probes-out profiles (0: none)")
+    ap.add_argument("--py-spy-s", type=float, default=20.0)
     add_load_args(ap)
     run_and_report(ap.parse_args(), "probe_alternate", run, report)
 

@@ -136,9 +136,63 @@ class Cell:
         return "not resolved", total
 
 
-def records(cell: dict, mode: str) -> list[dict]:
-    return [rank["record"] for blk in cell["blocks"] if blk["mode"] == mode
-            for rank in blk["ranks"]]
+def records(cell: dict, mode: str, group: str | None = None) -> list[dict]:
+    """The records of ``mode``'s blocks that switched every probe (``group`` None) or
+    ``group``'s wrappers alone."""
+    want = None if group is None else [group]
+    return [rank["record"] for blk in cell["blocks"]
+            if blk["mode"] == mode and blk.get("groups") == want for rank in blk["ranks"]]
+
+
+def group_readings(cell: dict) -> dict[str, tuple[Estimate, tuple[int, int]]]:
+    """Each kind of wrapper priced alone (``probe_alternate --groups``): its step
+    overhead (sum-based) and (pairs counted, pairs)."""
+    groups = sorted({g for blk in cell["blocks"] for g in blk.get("groups") or []})
+    out = {}
+    for g in groups:
+        pairs, total = [], 0
+        for rec in records(cell, "ab", g):
+            p, n = step_pairs(rec)
+            pairs += p
+            total += n
+        if pairs:
+            out[g] = (overhead(pairs, seed=cell["concurrency"])[0], (len(pairs), total))
+    return out
+
+
+ITERATIONS = "vllm:iteration_tokens_total_count"  # one observation per engine step
+
+
+def profile_stem(window: str, c: int) -> str:
+    """``probe_alternate --py-spy``'s profile names (as ``profile_data`` reads them)."""
+    return f"probes-{window}_c{c}_r0"
+
+
+def profile_reading(src, cell: dict, top: int = 8) -> dict | None:
+    """What the engine's processes ran with the probes in vs out (``--py-spy``): per
+    window the engine's samples per step and specgw's own share (``profile_data.is_ours``),
+    and the functions whose self time per step grew most with the probes in."""
+    from benchmarks.profile_data import load_run
+
+    prof = cell.get("profiles")
+    if not prof:
+        return None
+    win = {}
+    for w in ("in", "out"):
+        p = prof[w]
+        loaded = load_run(src, p["stem"], p["iterations"] or 1, None, p["rate"])
+        if "engine" not in loaded or not p["iterations"]:
+            return None
+        win[w] = loaded["engine"]
+        win[w].step_ms = 1000 * p["wall_s"] / p["iterations"]
+    names = set(win["in"].self_) | set(win["out"].self_)
+    grew = sorted(((fn, win["in"].ms_per_step(win["in"].self_.get(fn, 0)),
+                    win["out"].ms_per_step(win["out"].self_.get(fn, 0))) for fn in names),
+                  key=lambda r: (r[2] - r[1], r[0]))[:top]
+    return {"windows": {w: {"step_ms": sp.step_ms, "sampled_ms": sp.total_ms,
+                            "ours_ms": sp.ms_per_step(sp.ours), "ours_pct": sp.ours_share}
+                        for w, sp in win.items()},
+            "grew": grew}
 
 
 def cell_reading(cell: dict) -> Cell:
@@ -261,4 +315,38 @@ def report_body(data: dict) -> list[str]:
     ]
     if (gap := missing_text(data)) is not None:
         lines += ["", f"Concurrencies {gap}."]
+    return lines + where_lines(data)
+
+
+def where_lines(data: dict) -> list[str]:
+    """Where the cost comes from: each kind of wrapper priced alone, and the py-spy
+    windows (present only in runs that asked for them)."""
+    lines: list[str] = []
+    rows = [[c["concurrency"], g, est.text(), f"{n} of {total}"]
+            for c in data["cells"] for g, (est, (n, total)) in group_readings(c).items()]
+    if rows:
+        lines += ["", "Each kind of wrapper alone (`--groups`: on the 'in' steps only that "
+                  "kind is in, every other probe out through the block; "
+                  "`engine_ext.internals.install.GROUPS`), step overhead % with its "
+                  "bootstrap 95% interval, as above:", "",
+                  *md_table(["concurrency", "kind", "overhead % (sum)", "pairs counted"],
+                            rows)]
+    for c in data["cells"]:
+        pr = c.get("profile_reading")
+        if not pr:
+            continue
+        w = pr["windows"]
+        lines += ["", f"py-spy at c={c['concurrency']} ({c['profiles']['in']['rate']} "
+                  f"samples/s, {c['profiles']['in']['wall_s']:g} s with the probes in, then "
+                  "as long out; the engine's processes; `profiles/`): specgw's own time "
+                  "(`profile_data.is_ours`) and all sampled time per engine step:", "",
+                  *md_table(["probes", "step ms (wall / steps)", "sampled ms per step",
+                             "specgw's own ms per step", "specgw's own % of the step"],
+                            [[k, num(v["step_ms"], "{:.3f}"), num(v["sampled_ms"], "{:.3f}"),
+                              num(v["ours_ms"], "{:.4f}"), num(v["ours_pct"], "{:.2f}")]
+                             for k, v in w.items()]),
+                  "", "Self time per step that grew most with the probes in:", "",
+                  *md_table(["function", "in, ms per step", "out, ms per step"],
+                            [[f"`{fn}`", num(a_, "{:.4f}"), num(b_, "{:.4f}")]
+                             for fn, a_, b_ in pr["grew"]])]
     return lines

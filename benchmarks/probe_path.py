@@ -130,11 +130,12 @@ def v2_step(ledger: Ledger, probed: bool, k: int = 3) -> Callable[[], None]:
         with _torch_standin(graph_cls):
             inst._graph_probes(ledger)
         inst._wrap_attr(CudaGraphManager, "run_fullgraph",
-                        inst._fullgraph_probe(ledger, ROLE_TARGET), "v2.run_fullgraph", ledger)
+                        inst._fullgraph_probe(ledger, ROLE_TARGET), "v2.run_fullgraph", ledger,
+                        "fullgraph")
         inst._wrap_attr(Speculator, "propose", inst._propose_probe(ledger),
-                        "v2.draft.propose", ledger)
+                        "v2.draft.propose", ledger, "propose")
         inst._wrap_attr(Speculator, "_fused_multi_step_decode", inst._fused_probe(ledger),
-                        "v2.draft._fused_multi_step_decode", ledger)
+                        "v2.draft._fused_multi_step_decode", ledger, "fused")
     del inst._PATCHES[n0:]  # stand-ins only: install.set_enabled must not switch them
     target, spec = ModelCudaGraphManager(), Speculator()
 
@@ -177,12 +178,12 @@ def v1_step(ledger: Ledger, probed: bool, k: int = 3, target_pieces: int = 5,
             inst._graph_probes(ledger)
         inst._wrap_attr(runner_mod, "set_forward_context",
                         inst._forward_context_probe(ROLE_TARGET, ledger),
-                        "v1.target.set_forward_context", ledger)
+                        "v1.target.set_forward_context", ledger, "forward_context")
         inst._wrap_attr(Proposer, "propose", inst._propose_probe(ledger), "v1.draft.propose",
-                        ledger)
+                        ledger, "propose")
         inst._wrap_attr(draft_mod, "set_forward_context",
                         inst._forward_context_probe(ROLE_DRAFT, ledger),
-                        "v1.draft.set_forward_context", ledger)
+                        "v1.draft.set_forward_context", ledger, "forward_context")
         sys.modules[wrapper_mod.__name__] = wrapper_mod  # _piece_probes imports it by name
         try:
             inst._piece_probes(Table((wrapper_mod.__name__, "CUDAGraphWrapper")), ledger)

@@ -163,7 +163,8 @@ class ProbePoller:
             return {"enabled": self.enabled, "poll_interval_s": self.poll_interval_s,
                     "ranks": ranks}
 
-    async def alternate(self, steps: int, mode: str = "ab", seed: int = 0) -> dict[str, Any]:
+    async def alternate(self, steps: int, mode: str = "ab", seed: int = 0,
+                        groups: list[str] | None = None) -> dict[str, Any]:
         """Start a step-by-step A/B of the probes on every rank
         (:mod:`engine_ext.probes.alternate`); ``alternation()`` reads it back. Raises
         ``ProbeAlternationBusy`` while one runs (the ranks are asked before any starts)."""
@@ -173,7 +174,7 @@ class ProbePoller:
                 raise ProbeAlternationBusy("a probe alternation is running; read "
                                            "GET /v1/engine/probes/alternate until done")
             ranks = await self.collective_rpc("specgw_probe_alternate",
-                                              args=(steps, mode, seed))
+                                              args=(steps, mode, seed, groups))
             return {"ranks": ranks}
 
     async def alternation(self, stop: bool = False) -> dict[str, Any]:

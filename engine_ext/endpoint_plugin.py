@@ -86,7 +86,7 @@ class SpecgwEndpoints:
         async def alternate_probes(body: ProbeAlternateRequest) -> JSONResponse:
             """The probes' cost in this engine, step by step (probes.alternate)."""
             return await self._probe_call(lambda p: p.alternate(body.steps, body.mode,
-                                                                body.seed))
+                                                                body.seed, body.groups))
 
         @router.get("/v1/engine/probes/alternate")
         async def probe_alternation() -> JSONResponse:

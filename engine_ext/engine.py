@@ -259,9 +259,10 @@ class SpecEngine:
         assert self._probes is not None
         return await self._probes.switch(enabled, poll_interval_s)
 
-    async def alternate_probes(self, steps: int, mode: str, seed: int) -> dict[str, Any]:
+    async def alternate_probes(self, steps: int, mode: str, seed: int,
+                               groups: list[str] | None = None) -> dict[str, Any]:
         assert self._probes is not None
-        return await self._probes.alternate(steps, mode, seed)
+        return await self._probes.alternate(steps, mode, seed, groups)
 
     async def probe_alternation(self, stop: bool = False) -> dict[str, Any]:
         assert self._probes is not None

@@ -33,8 +33,8 @@ class ProbeWorkerExtension:
             alternate.CURRENT.note_rpc("snapshot", t0, time.perf_counter_ns())
         return snap
 
-    def specgw_probe_alternate(self, steps: int, mode: str = "ab", seed: int = 0
-                               ) -> dict[str, Any]:
+    def specgw_probe_alternate(self, steps: int, mode: str = "ab", seed: int = 0,
+                               groups: list[str] | None = None) -> dict[str, Any]:
         """Start an alternation (engine_ext.probes.alternate) over the next ``steps``
         engine steps; refused while one runs."""
         from engine_ext.probes import alternate
@@ -44,10 +44,12 @@ class ProbeWorkerExtension:
             raise RuntimeError("a probe alternation is already running")
         t = table_for()
         alt = alternate.Alternation(self, t.worker_step_method, t.scheduler_output_fields,
-                                    int(steps), str(mode), int(seed))
+                                    int(steps), str(mode), int(seed),
+                                    groups=None if groups is None else tuple(groups))
         alternate.CURRENT = alt
         alt.start()
-        return {"rank": _rank(self), "started": True, "steps": alt.steps, "mode": alt.mode}
+        return {"rank": _rank(self), "started": True, "steps": alt.steps, "mode": alt.mode,
+                "groups": None if alt.groups is None else sorted(alt.groups)}
 
     def specgw_probe_alternation_stop(self) -> dict[str, Any]:
         """End the running alternation now (probes back as they were before it)."""

@@ -80,8 +80,10 @@ class SpecEngine(Protocol):
         ``RuntimeError`` when a worker did not answer (its state is then unknown)."""
         ...
 
-    async def alternate_probes(self, steps: int, mode: str, seed: int) -> dict[str, Any]:
-        """Start the probes' step-by-step A/B over the next ``steps`` engine steps.
+    async def alternate_probes(self, steps: int, mode: str, seed: int,
+                               groups: list[str] | None = None) -> dict[str, Any]:
+        """Start the probes' step-by-step A/B over the next ``steps`` engine steps
+        (``groups``: only those kinds of wrapper switched, the rest out).
         Raises ``RuntimeError``: with ``status_code`` 409 while one runs, else when a
         worker did not answer."""
         ...

@@ -164,11 +164,14 @@ _UNHONOURED_COMMON: dict[str, tuple[Any, ...]] = {
 }
 
 
-# transformers' apply_chat_template parameters (4.5x-5.x) and the names it fills itself.
+# transformers' apply_chat_template parameters (4.5x-5.x) and the names it fills itself:
+# "conversations" is render_jinja_template's (5.x passes it by keyword beside the
+# kwargs), "self" the bound method's own; either as a kwarg is a TypeError in the call.
 CHAT_TEMPLATE_PARAMETERS = frozenset({
     "add_generation_prompt", "chat_template", "continue_final_message", "conversation",
-    "documents", "max_length", "messages", "padding", "return_assistant_tokens_mask",
-    "return_dict", "return_tensors", "tokenize", "tokenizer_kwargs", "tools", "truncation",
+    "conversations", "documents", "max_length", "messages", "padding",
+    "return_assistant_tokens_mask", "return_dict", "return_tensors", "self", "tokenize",
+    "tokenizer_kwargs", "tools", "truncation",
 })
 
 
@@ -328,6 +331,10 @@ class ProbeSwitchRequest(BaseModel):
                                             le=3600.0)] | None = None
 
 
+# As engine_ext.internals.install.GROUPS (a test holds them equal; the gateway does not
+# import the engine's side).
+ProbeGroup = Literal["replay", "pieces", "forward_context", "propose", "fullgraph", "fused",
+                     "suppress"]
 ALTERNATE_MAX_STEPS = 200_000  # as engine_ext.probes.alternate.MAX_STEPS: 200k steps of
 # records is a few MB in one RPC answer
 
@@ -343,3 +350,5 @@ class ProbeAlternateRequest(BaseModel):
                                 multiple_of=2)]
     mode: Literal["ab", "aa"] = "ab"
     seed: Annotated[int, Field(strict=True, ge=0, le=2**32 - 1)] = 0
+    # Price some kinds of wrapper alone (engine_ext.internals.install.GROUPS); None: all.
+    groups: Annotated[list[ProbeGroup], Field(min_length=1)] | None = None

@@ -125,7 +125,7 @@ async def switch_probes(request: Request, body: ProbeSwitchRequest) -> Response:
 async def alternate_probes(request: Request, body: ProbeAlternateRequest) -> Response:
     """The probes' cost in this engine, step by step (engine_ext.probes.alternate)."""
     return await engine_answer(request, lambda e: e.alternate_probes(body.steps, body.mode,
-                                                                     body.seed))
+                                                                     body.seed, body.groups))
 
 
 @ops_routes.get("/v1/engine/probes/alternate")

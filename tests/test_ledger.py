@@ -30,6 +30,23 @@ def test_replay_inside_scope_is_graph_and_silent_fallback_is_eager():
     assert lg.proposes == 1 and lg.proposes_without_forward == 0
 
 
+def test_a_diverted_thread_counts_apart_until_undiverted():
+    lg = Ledger()
+    with lg.forward("target", "full"):
+        lg.on_replay()
+    scratch, own = lg.divert()
+    with lg.propose():  # a propose with no forward: only the scratch says so
+        pass
+    lg.on_replay()
+    assert scratch.proposes == 1 and scratch.proposes_without_forward == 1
+    assert lg.proposes == 0 and lg.snapshot()["unattributed_replays"] == 0
+    lg.undivert(own)
+    with lg.forward("target", "full"):
+        lg.on_replay()
+    assert counts(lg) == {("target", "forward", "full", "graph"): 2}
+    assert lg.proposes_without_forward == 0 and len(lg._threads) == 1
+
+
 def test_suppressed_runs_are_not_counted_but_captures_are():
     lg = Ledger()
     with lg.suppressed(), lg.forward("target", "piecewise"):

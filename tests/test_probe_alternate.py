@@ -12,7 +12,7 @@ import time
 
 import httpx
 import pytest
-from conftest import MODEL, Server
+from conftest import MODEL, Server, metric_sum, scrape
 
 from benchmarks import probe_alternate_data as pad
 
@@ -42,8 +42,9 @@ class _Load:
         self.thread.join(timeout=120)
 
 
-def _run(url: str, steps: int, mode: str, timeout: float = 120) -> dict:
-    r = httpx.post(url + ROUTE, json={"steps": steps, "mode": mode, "seed": 7}, timeout=60)
+def _run(url: str, steps: int, mode: str, timeout: float = 120, **extra: object) -> dict:
+    r = httpx.post(url + ROUTE, json={"steps": steps, "mode": mode, "seed": 7, **extra},
+                   timeout=60)
     assert r.status_code == 200, r.text
     assert r.json()["ranks"][0]["started"] is True
     deadline = time.monotonic() + timeout
@@ -106,9 +107,48 @@ def test_the_gateway_bound_on_steps_is_the_workers():
     assert ALTERNATE_MAX_STEPS == MAX_STEPS
 
 
+def test_the_gateway_names_the_workers_probe_groups():
+    import typing
+
+    from engine_ext.internals.install import GROUPS
+    from gateway.protocol import ProbeGroup
+
+    assert typing.get_args(ProbeGroup) == GROUPS
+
+
+def test_one_group_alone_is_switched_and_the_rest_stay_out(base_url, client):
+    """``groups``: on the 'in' steps only the named kinds of wrapper are in. With only
+    ``propose`` in, the scratch ledger counts the drafter's proposes on the busy 'in'
+    steps; with only ``forward_context`` in, no propose at all (that wrapper is out). The
+    server's own ledger counts none of it: its coverage stays whole."""
+    before = httpx.get(base_url + "/v1/engine/probes", timeout=60).json()[0]
+    with _Load(client, MODEL):
+        rec = _run(base_url, 40, "ab", groups=["propose"])
+        busy = [tok > 0 for tok in rec["tokens"]]
+        assert rec["groups"] == ["propose"] and sum(busy) >= 30
+        assert rec["proposes_counted"] == sum(
+            s for s, b in zip(rec["state"], busy, strict=True) if b), rec
+        rec = _run(base_url, 40, "aa", groups=["forward_context", "replay"])
+        assert rec["groups"] == ["forward_context", "replay"]
+        assert rec["proposes_counted"] == 0, rec
+    after = httpx.get(base_url + "/v1/engine/probes", timeout=60).json()[0]
+    assert after["enabled"] is True
+    assert after["proposes_without_forward"] == before["proposes_without_forward"]
+    assert after["unattributed_replays"] == before["unattributed_replays"]
+    client.completions.create(model=MODEL, prompt="def f(x):\n", max_tokens=8,
+                              temperature=0, extra_body={"ignore_eos": True})
+    # Every group back in, counting into the server's ledger again.
+    again = httpx.get(base_url + "/v1/engine/probes", timeout=60).json()[0]
+    assert again["proposes"] > after["proposes"]
+    assert again["proposes_without_forward"] == before["proposes_without_forward"]
+    assert metric_sum(scrape(base_url), "specgw_probe_coverage", role="draft") == 1
+
+
 @pytest.mark.parametrize("body", [{"steps": 41}, {"steps": 0}, {"steps": "40"},
                                   {"steps": 40.0}, {"steps": 400_002}, {"steps": 40, "mode": "x"},
-                                  {"steps": 40, "seed": -1}, {"steps": 40, "extra": 1}, {}])
+                                  {"steps": 40, "seed": -1}, {"steps": 40, "extra": 1}, {},
+                                  {"steps": 40, "groups": []}, {"steps": 40, "groups": ["x"]},
+                                  {"steps": 40, "groups": "replay"}])
 def test_alternation_refuses_bad_bodies_with_a_400(base_url, body):
     r = httpx.post(base_url + ROUTE, json=body, timeout=60)
     assert r.status_code == 400, (body, r.status_code, r.text)

@@ -27,15 +27,19 @@ from engine_ext.probes.ledger import LEDGER, ROLE_DRAFT, ROLE_TARGET, UNKNOWN, L
 log = logging.getLogger("engine_ext.probes")
 
 _MARK = "__specgw_probe__"
-# (owner, attribute, original, wrapper) of every installed probe, for set_enabled.
-_PATCHES: list[tuple[Any, str, Any, Any]] = []
+# What set_enabled switches, by the kind of work each wrapper adds to an engine step, so
+# that an alternation (probes.alternate) can price one kind alone.
+GROUPS = ("replay", "pieces", "forward_context", "propose", "fullgraph", "fused", "suppress")
+# (group, owner, attribute, original, wrapper) of every switchable probe, for set_enabled.
+_PATCHES: list[tuple[str, Any, str, Any, Any]] = []
 
 
 def _wrap_attr(owner: Any, name: str, make: Callable[[Callable], Callable], key: str,
-               ledger: Ledger, switchable: bool = True) -> None:
-    """Replace ``owner.name`` with ``make(original)``, once per process. ``switchable``
-    False keeps it in when :func:`set_enabled` takes the probes out: set-up-time hooks
-    (a piece wrapper built while out would otherwise never be counted once back in)."""
+               ledger: Ledger, group: str | None = None) -> None:
+    """Replace ``owner.name`` with ``make(original)``, once per process. ``group`` (one of
+    ``GROUPS``) makes it switchable by :func:`set_enabled`; None keeps it in when the
+    probes are taken out: set-up-time hooks (a piece wrapper built while out would
+    otherwise never be counted once back in)."""
     try:
         orig = getattr(owner, name)
         if getattr(orig, _MARK, False):
@@ -47,8 +51,8 @@ def _wrap_attr(owner: Any, name: str, make: Callable[[Callable], Callable], key:
                 functools.update_wrapper(wrapped, orig)
         setattr(wrapped, _MARK, True)
         setattr(owner, name, wrapped)
-        if switchable:
-            _PATCHES.append((owner, name, orig, wrapped))
+        if group is not None:
+            _PATCHES.append((group, owner, name, orig, wrapped))
         ledger.installed[key] = True
     except Exception as exc:  # keep serving; the coverage flag reports the gap
         ledger.installed[key] = False
@@ -204,9 +208,9 @@ def _piece_probes(table: InternalsTable, ledger: Ledger) -> None:
 
         return __call__
 
-    _wrap_attr(wrapper_cls, "__init__", init_make, "graph.pieces.__init__", ledger,
-               switchable=False)
-    _wrap_attr(wrapper_cls, "__call__", call_make, "graph.pieces.__call__", ledger)
+    _wrap_attr(wrapper_cls, "__init__", init_make, "graph.pieces.__init__", ledger)
+    _wrap_attr(wrapper_cls, "__call__", call_make, "graph.pieces.__call__", ledger,
+               "pieces")
 
 
 def _graph_probes(ledger: Ledger) -> None:
@@ -233,19 +237,24 @@ def _graph_probes(ledger: Ledger) -> None:
 
         return capture_begin
 
-    _wrap_attr(graph_cls, "replay", replay_make, "torch.cuda.CUDAGraph.replay", ledger)
+    _wrap_attr(graph_cls, "replay", replay_make, "torch.cuda.CUDAGraph.replay", ledger,
+               "replay")
     _wrap_attr(graph_cls, "capture_begin", capture_make, "torch.cuda.CUDAGraph.capture_begin",
-               ledger, switchable=False)
+               ledger)
 
 
-def set_enabled(enabled: bool, ledger: Ledger = LEDGER) -> int:
+def set_enabled(enabled: bool, ledger: Ledger = LEDGER,
+                groups: frozenset[str] | None = None) -> int:
     """Put every per-step probe in (``True``) or take it out (``False``): with them out,
     vLLM runs its own functions on every step and the ledger counts no forward (the
-    set-up-time hooks stay: they run when a graph is built, not per step). Call it between forwards
+    set-up-time hooks stay: they run when a graph is built, not per step). ``groups``
+    (names of ``GROUPS``) puts only those kinds in, the rest out: what they count is then
+    incomplete, so it is for pricing one kind alone. Call it between forwards
     (``collective_rpc`` runs on the model's thread between steps). Returns the number of
-    wrappers switched."""
-    for owner, name, orig, wrapped in _PATCHES:
-        setattr(owner, name, wrapped if enabled else orig)
+    wrappers switched (each set in or out)."""
+    for group, owner, name, orig, wrapped in _PATCHES:
+        on = enabled and (groups is None or group in groups)
+        setattr(owner, name, wrapped if on else orig)
     ledger.enabled = enabled
     return len(_PATCHES)
 
@@ -260,20 +269,21 @@ def install(table: InternalsTable, ledger: Ledger = LEDGER) -> Ledger:  # noqa: 
         runner_mod = _resolve(table.v1_runner_module)
         runner_cls = getattr(runner_mod, table.v1_runner_class)
         _wrap_attr(runner_mod, fc, _forward_context_probe(ROLE_TARGET, ledger),
-                   f"v1.target.{fc}", ledger)
+                   f"v1.target.{fc}", ledger, "forward_context")
         for m in table.suppressed_runner_methods:
             _wrap_attr(runner_cls, m, _suppress_probe(ledger, ROLE_TARGET),
-                       f"v1.target.{m}", ledger)
+                       f"v1.target.{m}", ledger, "suppress")
         base_mod, base_name = table.v1_proposer_class
         proposer = _resolve(base_mod, base_name)
-        _wrap_attr(proposer, "propose", _propose_probe(ledger), "v1.draft.propose", ledger)
+        _wrap_attr(proposer, "propose", _propose_probe(ledger), "v1.draft.propose", ledger,
+                   "propose")
         for m in table.suppressed_proposer_methods:
             _wrap_attr(proposer, m, _suppress_probe(ledger, ROLE_DRAFT), f"v1.draft.{m}",
-                       ledger)
+                       ledger, "suppress")
         for mod_name in table.v1_proposer_modules:
             mod = _resolve(mod_name)
             _wrap_attr(mod, fc, _forward_context_probe(ROLE_DRAFT, ledger),
-                       f"v1.draft.{mod_name.rsplit('.', 1)[-1]}.{fc}", ledger)
+                       f"v1.draft.{mod_name.rsplit('.', 1)[-1]}.{fc}", ledger, "forward_context")
             # Subclasses that override propose/dummy_run need their own wrapper.
             for obj in vars(mod).values():
                 if isinstance(obj, type) and issubclass(obj, proposer) and obj is not proposer:
@@ -281,7 +291,8 @@ def install(table: InternalsTable, ledger: Ledger = LEDGER) -> Ledger:  # noqa: 
                         if m in vars(obj):
                             _wrap_attr(obj, m, _propose_probe(ledger) if m == "propose"
                                        else _suppress_probe(ledger, ROLE_DRAFT),
-                                       f"v1.draft.{obj.__name__}.{m}", ledger)
+                                       f"v1.draft.{obj.__name__}.{m}", ledger,
+                                       "propose" if m == "propose" else "suppress")
     except Exception as exc:
         ledger.install_errors["v1"] = f"{type(exc).__name__}: {exc}"
         log.warning("Model Runner V1 probes unavailable: %s", exc)
@@ -301,24 +312,25 @@ def install(table: InternalsTable, ledger: Ledger = LEDGER) -> Ledger:  # noqa: 
         log.info("Model Runner V2 probes unavailable (fine unless V2 runs): %s", exc)
         return ledger
     _wrap_attr(runner_mod, fc, _forward_context_probe(ROLE_TARGET, ledger),
-               f"v2.target.{fc}", ledger)
+               f"v2.target.{fc}", ledger, "forward_context")
     for m in ("_dummy_run", "profile_run", "capture_model"):
         if hasattr(runner_cls, m):
             _wrap_attr(runner_cls, m, _suppress_probe(ledger, ROLE_TARGET),
-                       f"v2.target.{m}", ledger)
+                       f"v2.target.{m}", ledger, "suppress")
     # The speculator's FULL graphs are captured inside the runner's capture_model, and
     # torch.cuda.graph starts capturing before any forward context: name the role here.
     _wrap_attr(spec_cls, table.v2_speculator_capture_method,
                _suppress_probe(ledger, ROLE_DRAFT),
-               f"v2.draft.{table.v2_speculator_capture_method}", ledger)
+               f"v2.draft.{table.v2_speculator_capture_method}", ledger, "suppress")
     # Every FULL replay (the model manager's override calls super()) goes through the
     # base class; whether it is target or drafter work is decided by being in propose().
     _wrap_attr(cg.CudaGraphManager, "run_fullgraph", _fullgraph_probe(ledger, ROLE_TARGET),
-               "v2.run_fullgraph", ledger)
-    _wrap_attr(spec_cls, "propose", _propose_probe(ledger), "v2.draft.propose", ledger)
+               "v2.run_fullgraph", ledger, "fullgraph")
+    _wrap_attr(spec_cls, "propose", _propose_probe(ledger), "v2.draft.propose", ledger,
+               "propose")
     _wrap_attr(spec_mod, fc, _forward_context_probe(ROLE_DRAFT, ledger),
-               f"v2.draft.{fc}", ledger)
+               f"v2.draft.{fc}", ledger, "forward_context")
     if table.v2_fused_decode_method:
         _wrap_attr(spec_cls, table.v2_fused_decode_method, _fused_probe(ledger),
-                   f"v2.draft.{table.v2_fused_decode_method}", ledger)
+                   f"v2.draft.{table.v2_fused_decode_method}", ledger, "fused")
     return ledger

@@ -16,6 +16,13 @@ loop did for that step (schedule, forward, sample, draft, output), probes in or 
 but the probes stay in on both sides of every pair. Its difference must come out at zero
 within its error bar, or the method is biased.
 
+``groups`` (names of ``install.GROUPS``) prices one kind of wrapper alone: on the 'in'
+steps only those are in, the others stay out for the whole alternation (``aa``: those in
+on both sides). What some kinds count without the others is wrong (a propose without its
+forwards reads as the silent eager fallback), so through such an alternation the model's
+thread counts into a scratch ledger thread (``Ledger.divert``): the same work per forward,
+never reported; its proposes are the record's ``proposes_counted``.
+
 While an alternation runs the ledger counts only the steps the probes are in on; the
 probes' own RPC reads (``specgw_probe_snapshot``) are recorded as spans, so the steps
 that a read fell into can be left out of the step comparison and priced separately.
@@ -28,7 +35,7 @@ import threading
 import time
 from typing import Any
 
-from engine_ext.internals.install import set_enabled
+from engine_ext.internals.install import GROUPS, set_enabled
 from engine_ext.probes.ledger import LEDGER, Ledger
 
 MODES = ("ab", "aa")
@@ -39,9 +46,13 @@ class Alternation:
     """One alternation over ``steps`` engine steps of one worker (see the module doc)."""
 
     def __init__(self, worker: Any, step_method: str, token_fields: tuple[str, str],
-                 steps: int, mode: str, seed: int, ledger: Ledger = LEDGER):
+                 steps: int, mode: str, seed: int, ledger: Ledger = LEDGER,
+                 groups: tuple[str, ...] | None = None):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if groups is not None and (not groups or not set(groups) <= set(GROUPS)):
+            raise ValueError(f"groups must name some of {GROUPS}, got {groups!r}")
+        self.groups = None if groups is None else frozenset(groups)
         if not 2 <= steps <= MAX_STEPS or steps % 2:
             raise ValueError(f"steps must be even, 2..{MAX_STEPS}, got {steps}")
         self.worker, self.step_method, self.mode, self.steps = worker, step_method, mode, steps
@@ -66,6 +77,7 @@ class Alternation:
         # only, never per step).
         self._proposes_at_start: int | None = None
         self.proposes_counted: int | None = None
+        self._diverted: tuple | None = None  # (scratch, own) while groups divert counting
 
     def start(self) -> None:
         # An instance attribute shadows the class's method for this worker alone; vLLM's
@@ -77,8 +89,10 @@ class Alternation:
         now = time.perf_counter_ns()
         i = len(self.t_ns)
         if i < self.steps:
+            if i == 0 and self.groups is not None:  # on the model's thread, as its steps
+                self._diverted = self.ledger.divert()
             state = self.schedule[i] if self.mode == "ab" else 1
-            set_enabled(bool(state), self.ledger)
+            set_enabled(bool(state), self.ledger, self.groups)
             per_req = getattr(scheduler_output, self.per_request_field, None) or {}
             with self._lock:
                 self.t_ns.append(now)
@@ -96,7 +110,13 @@ class Alternation:
         self.done = True
         self.worker.__dict__.pop(self.step_method, None)
         set_enabled(self._was_enabled, self.ledger)
-        if self._proposes_at_start is not None:
+        if self._diverted is not None:
+            # finish() runs on the model's thread (its last step, or the stop RPC, which
+            # collective_rpc runs there between steps), whose local the divert set.
+            scratch, own = self._diverted
+            self.ledger.undivert(own)
+            self.proposes_counted = scratch.proposes
+        elif self._proposes_at_start is not None:
             self.proposes_counted = self.ledger.proposes - self._proposes_at_start
 
     def note_rpc(self, kind: str, t0_ns: int, t1_ns: int) -> None:
@@ -111,7 +131,8 @@ class Alternation:
         running alternation must not cost the steps it measures a copy of every list)."""
         with self._lock:
             head = {"mode": self.mode, "steps": self.steps, "done": self.done,
-                    "recorded": min(len(self.tokens), self.steps)}
+                    "recorded": min(len(self.tokens), self.steps),
+                    "groups": None if self.groups is None else sorted(self.groups)}
             if not self.done:
                 return head
             return {**head, "proposes_counted": self.proposes_counted,

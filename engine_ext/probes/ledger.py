@@ -213,6 +213,21 @@ class Ledger:
                 self._threads.append(t)
             return t
 
+    def divert(self) -> tuple[_Thread, _Thread | None]:
+        """From now on this thread counts into a fresh ``_Thread`` that no snapshot sums
+        (the same work per forward, nothing reported), until :meth:`undivert`. Returns
+        (that scratch, this thread's own, None if it had none yet)."""
+        own = getattr(self._local, "t", None)
+        scratch = self._local.t = _Thread()
+        return scratch, own
+
+    def undivert(self, own: _Thread | None) -> None:
+        """This thread counts into ``own`` again (what :meth:`divert` returned)."""
+        if own is None:
+            del self._local.t
+        else:
+            self._local.t = own
+
     def _sum(self, name: str) -> int:
         return sum(getattr(t, name) for t in list(self._threads))
 
