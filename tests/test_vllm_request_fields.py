@@ -7,10 +7,14 @@ parameter is dropped without a word."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from pathlib import Path
 
+import httpx
 import openai
 import pytest
-from conftest import MODEL, ROOT
+from conftest import MODEL, ROOT, Server, openai_client, ready_until_teardown
+from pydantic import BaseModel, Field
 from vllm.entrypoints.openai.chat_completion.protocol import (
     ChatCompletionRequest as VllmChat,
 )
@@ -90,14 +94,29 @@ def test_include_stop_str_in_output_on_the_real_engine(client):
                   include_stop_str_in_output=True).text == cut + stop
 
 
+class Point(BaseModel):
+    # Bounded, so the 5M-parameter code model finishes well within max_tokens.
+    label: str = Field(max_length=6)
+    x: int = Field(ge=0, le=99)
+    y: int = Field(ge=0, le=99)
+
+
 def test_response_format_constrains_a_completion(client):
-    r = client.completions.create(model=MODEL, prompt="point = ", max_tokens=40, seed=3,
+    # Unconstrained, this code model writes Python after "point = ": only the grammar
+    # makes a finished answer parse, let alone match the schema.
+    schema = {"type": "json_schema", "json_schema": {
+        "name": "point", "strict": True, "schema": Point.model_json_schema()}}
+    r = client.completions.create(model=MODEL, prompt="point = ", max_tokens=80,
+                                  temperature=0, extra_body={"response_format": schema})
+    choice = r.choices[0]
+    assert choice.finish_reason == "stop", choice
+    Point.model_validate_json(choice.text)
+    r = client.completions.create(model=MODEL, prompt="point = ", max_tokens=80,
+                                  temperature=0,
                                   extra_body={"response_format": {"type": "json_object"}})
-    text = r.choices[0].text
-    if r.choices[0].finish_reason == "stop":
-        assert isinstance(json.loads(text), dict), text
-    else:  # cut at max_tokens: still a JSON object prefix
-        assert text.lstrip().startswith("{"), text
+    choice = r.choices[0]
+    assert choice.finish_reason == "stop", choice
+    assert isinstance(json.loads(choice.text), dict), choice.text
 
 
 def test_unhonoured_vllm_field_is_a_400_from_the_server(client):
@@ -120,6 +139,20 @@ def test_stop_token_ids_beyond_the_vocabulary_are_a_400_not_a_dead_engine(client
     assert greedy(client, stop_token_ids=[vocab - 1], min_tokens=2).text
 
 
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+def test_stop_token_ids_beyond_the_vocabulary_are_a_400_before_a_stream_opens(base_url, path):
+    # vLLM's own check runs only once the request reaches the engine, after the SSE
+    # response has started (a 200 and an error event): the answer must come first.
+    body = {"model": MODEL, "max_tokens": 4, "stream": True, "min_tokens": 2,
+            "stop_token_ids": [4096]}
+    body |= ({"prompt": PROMPT} if path == "/v1/completions"
+             else {"messages": [{"role": "user", "content": PROMPT}]})
+    r = httpx.post(f"{base_url}{path}", json=body, timeout=120)
+    assert r.status_code == 400, r.text
+    assert r.headers["content-type"].startswith("application/json"), r.headers
+    assert r.json()["error"]["param"] == "stop_token_ids", r.text
+
+
 def chat(client, **extra):
     return client.chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": PROMPT}], max_tokens=4,
@@ -138,11 +171,15 @@ def test_chat_template_kwargs_reach_the_template(client):
     assert chat(client, reasoning_effort="none").choices[0].finish_reason
 
 
-@pytest.mark.parametrize("key", ["tokenize", "return_dict", "add_generation_prompt", "tools"])
+@pytest.mark.parametrize("key", ["tokenize", "return_dict", "add_generation_prompt", "tools",
+                                 "conversations", "self"])
 def test_chat_template_call_parameters_are_a_400(client, key):
     with pytest.raises(openai.BadRequestError) as info:
         chat(client, chat_template_kwargs={key: True})
-    assert key in info.value.body["message"], info.value.body
+    err = info.value.body
+    # Refused by name, not a TypeError out of transformers' call (which names the key too).
+    assert key in err["message"] and "a parameter of the template call" in err["message"], err
+    assert err["param"] == "chat_template_kwargs", err
     assert chat(client).choices[0].finish_reason  # the server serves on
 
 
@@ -158,3 +195,91 @@ def test_reasoning_effort_none_turns_thinking_off_as_vllm_renders_it():
                                chat_template_kwargs={"enable_thinking": True})) == {
         "enable_thinking": True}
     assert template_kwargs(req()) == {}
+
+
+# A Llama-style model dir beside the bundled one: its tokenizer writes BOS on a plain
+# encode (the bundled one has a BOS token but never adds it, so add_special_tokens is a
+# no-op there), and its template, like Llama 3.1's, reads a date_string variable and,
+# like many, refuses a system message that is not first.
+BOS_MODEL = "tiny-bos"
+_TEMPLATE_CHECKS = (
+    "{%- for message in messages %}{%- if message['role'] == 'system' and not loop.first %}"
+    "{{ raise_exception('the system message must come first') }}{%- endif %}{%- endfor %}"
+    "{%- if date_string is defined %}{{ '<|system|>\\nToday Date: ' + date_string + '\\n' }}"
+    "{%- endif %}")
+
+
+def bos_model_dir(dst: Path) -> Path:
+    from tokenizers import Tokenizer
+    from tokenizers.processors import TemplateProcessing
+
+    src = ROOT / "models/tiny-code-llama/target"
+    for name in ("config.json", "model.safetensors", "special_tokens_map.json",
+                 "generation_config.json"):
+        (dst / name).symlink_to(src / name)
+    tok = Tokenizer.from_file(str(src / "tokenizer.json"))
+    bos = "<|bos|>"
+    tok.post_processor = TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A {bos} $B",
+                                            special_tokens=[(bos, tok.token_to_id(bos))])
+    tok.save(str(dst / "tokenizer.json"))
+    cfg = json.loads((src / "tokenizer_config.json").read_text())
+    head = "{{ bos_token }}"
+    assert cfg["chat_template"].startswith(head)
+    cfg["chat_template"] = head + _TEMPLATE_CHECKS + cfg["chat_template"][len(head):]
+    (dst / "tokenizer_config.json").write_text(json.dumps(cfg))
+    return dst
+
+
+@pytest.fixture(scope="module")
+def bos_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    model = bos_model_dir(tmp_path_factory.mktemp(BOS_MODEL))
+    srv = Server("gateway-bos", ["--log-format", "text", "--model", str(model),
+                                 "--served-model-name", BOS_MODEL])
+    yield from ready_until_teardown(srv)
+
+
+@pytest.fixture(scope="module")
+def bos_client(bos_server: Server) -> openai.OpenAI:
+    return openai_client(bos_server.url)
+
+
+def bos_prompt_tokens(client: openai.OpenAI, chat_api: bool, **extra) -> int:
+    if chat_api:
+        r = client.chat.completions.create(
+            model=BOS_MODEL, messages=[{"role": "user", "content": PROMPT}], max_tokens=1,
+            extra_body=extra or None)
+    else:
+        r = client.completions.create(model=BOS_MODEL, prompt=PROMPT, max_tokens=1,
+                                      extra_body=extra or None)
+    return r.usage.prompt_tokens
+
+
+def test_add_special_tokens_is_honoured_with_vllms_defaults(bos_client):
+    # Completions: the tokenizer's BOS unless the request says false.
+    plain = bos_prompt_tokens(bos_client, False, add_special_tokens=False)
+    assert bos_prompt_tokens(bos_client, False) == plain + 1
+    assert bos_prompt_tokens(bos_client, False, add_special_tokens=True) == plain + 1
+    # Chat: the template writes its own BOS, a second one only when asked for.
+    plain = bos_prompt_tokens(bos_client, True)
+    assert bos_prompt_tokens(bos_client, True, add_special_tokens=False) == plain
+    assert bos_prompt_tokens(bos_client, True, add_special_tokens=True) == plain + 1
+
+
+def test_a_template_error_names_the_field_that_caused_it(bos_client):
+    def fault(messages: list[dict], **kwargs) -> dict:
+        with pytest.raises(openai.BadRequestError) as info:
+            bos_client.chat.completions.create(
+                model=BOS_MODEL, messages=messages, max_tokens=1,
+                extra_body={"chat_template_kwargs": kwargs} if kwargs else None)
+        assert "could not apply the chat template" in info.value.body["message"]
+        return info.value.body
+
+    ok = [{"role": "user", "content": PROMPT}]
+    late_system = [*ok, {"role": "system", "content": "Be brief."}]
+    # The date a string concatenates; an int breaks the template, the messages are fine.
+    assert bos_prompt_tokens(bos_client, True, chat_template_kwargs={"date_string": "1 Jan"}) \
+        > bos_prompt_tokens(bos_client, True)
+    assert fault(ok, date_string=5)["param"] == "chat_template_kwargs"
+    # The messages trip the template whatever the variables say.
+    assert fault(late_system)["param"] == "messages"
+    assert fault(late_system, date_string="1 Jan")["param"] == "messages"

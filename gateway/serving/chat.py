@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 
 from gateway.engine_api import SpecEngine, ToolCallExtractor
 from gateway.errors import invalid
@@ -15,13 +16,28 @@ from gateway.structured_output import structured_outputs
 from gateway.tool_calls import plan_tools, template_messages
 
 
-def template_kwargs(req: ChatCompletionRequest) -> dict:
+def template_kwargs(req: ChatCompletionRequest, own: bool = True) -> dict:
     """The request's template variables; reasoning_effort "none" turns thinking off
-    unless the request says otherwise, as vLLM renders it (enable_thinking false)."""
-    kwargs = dict(req.chat_template_kwargs or {})
+    unless the request says otherwise, as vLLM renders it (enable_thinking false).
+    ``own`` False leaves out the request's chat_template_kwargs."""
+    kwargs = dict(req.chat_template_kwargs or {}) if own else {}
     if (req.model_extra or {}).get("reasoning_effort") == "none":
         kwargs.setdefault("enable_thinking", False)
     return kwargs
+
+
+def template_fault(req: ChatCompletionRequest, render: Callable[[dict], str]) -> str:
+    """The request field a failed render is down to. An error does not say whether a
+    variable or a message tripped the template, so render once more without the
+    request's chat_template_kwargs (on the error path only): if that renders, they are
+    what the client must change."""
+    if not req.chat_template_kwargs:
+        return "messages"
+    try:
+        render(template_kwargs(req, own=False))
+    except Exception:
+        return "messages"
+    return "chat_template_kwargs"
 
 
 class ChatServing(OpenAIServing):
@@ -47,13 +63,17 @@ class ChatServing(OpenAIServing):
         plan = plan_tools(req, self._tool_extractor())
         structured = (plan.structured_outputs() if plan
                       else structured_outputs(req.response_format))
+
+        def render(kwargs: dict) -> str:
+            return tok.apply_chat_template(messages, tools=plan.tools if plan else None,
+                                           tokenize=False, add_generation_prompt=True,
+                                           **kwargs)
+
         try:
-            text = tok.apply_chat_template(messages, tools=plan.tools if plan else None,
-                                           tokenize=False,
-                                           add_generation_prompt=True,
-                                           **template_kwargs(req))
-        except Exception as exc:  # template errors are the caller's messages' fault
-            raise invalid(f"could not apply the chat template: {exc}", param="messages") from exc
+            text = render(template_kwargs(req))
+        except Exception as exc:  # template errors are the caller's fault, not a 500
+            raise invalid(f"could not apply the chat template: {exc}",
+                          param=template_fault(req, render)) from exc
         ids = tok.encode(text, add_special_tokens=req.add_special_tokens)
         params = self.sampling(req, len(ids), "messages", structured)
         return Prepared(f"chatcmpl-{uuid.uuid4().hex}", [ids], params, req.n, len(ids), [text],
