@@ -230,9 +230,16 @@ def requested(data: dict) -> list[int]:
     if "concurrency" in m:
         return list(m["concurrency"])
     words = m.get("command", "").split()
-    if "--concurrency" in words[:-1]:
-        return [int(x) for x in words[words.index("--concurrency") + 1].split(",")]
+    for i, w in enumerate(words):  # --concurrency 1,16 or --concurrency=1,16
+        if w == "--concurrency" and i + 1 < len(words):
+            return [int(x) for x in words[i + 1].split(",")]
+        if w.startswith("--concurrency="):
+            return [int(x) for x in w.split("=", 1)[1].split(",")]
     return list(DEFAULT_CONCURRENCY)
+
+
+SAME_PROTOCOL = ("device_name", "vllm", "torch", "steps", "poll_s", "warmup_s",
+                 "prompt_words", "output_len", "load_client")
 
 
 def merge(runs: list[dict]) -> dict:
@@ -244,6 +251,12 @@ def merge(runs: list[dict]) -> dict:
         return runs[0]
     if any(r["config"] != runs[0]["config"] for r in runs[1:]):
         raise ValueError("probe_alternate runs with different engine configurations")
+    # What a cell's numbers also depend on, beside the engine configuration: cells of runs
+    # that differ here are not one measurement side by side.
+    for key in SAME_PROTOCOL:
+        if any(r["meta"].get(key) != runs[0]["meta"].get(key) for r in runs[1:]):
+            raise ValueError(f"probe_alternate runs with different {key}: "
+                             f"{[r['meta'].get(key) for r in runs]}")
     cells: dict[int, dict] = {}
     asked: list[int] = []
     for r in runs:
@@ -281,9 +294,12 @@ def report_body(data: dict) -> list[str]:
     command = m["command"] if "runs" in m else f"`{m['command']}`"
     lines = [
         f"{command}, {m['date']}, {m.get('device_name', m['device'])}, vLLM "
-        f"{m['vllm']}, torch {m['torch']}. One `specgw serve` (serve_compare's engine "
-        f"configuration); per concurrency {m['blocks']} alternations of {m['steps']} engine "
-        f"steps, `ab` and `aa` in turn, under closed-loop greedy load of {m['output_len']} "
+        f"{m['vllm']}, torch {m['torch']}. "
+        f"One `specgw serve`{' per run' if 'runs' in m else ''} "
+        f"(serve_compare's engine configuration); per concurrency {m['blocks']} "
+        f"alternations of {m['steps']} engine steps, `ab` and `aa`"
+        f"{' and one `ab` per kind of wrapper' if m.get('groups') else ''} in turn, under "
+        f"closed-loop greedy load of {m['output_len']} "
         f"tokens per request; the probe poller read the ledgers every {m['poll_s']:g} s. "
         "Protocol and analysis: `benchmarks/probe_alternate.py`, "
         "`benchmarks/probe_alternate_data.py`; raw records: `probe_alternate.json`"

@@ -267,3 +267,33 @@ def test_the_issue_page_reads_target_2_from_the_alternation():
                and "not measured" not in r[4] for r in rows), rows
     with pytest.raises(ValueError):
         pad.merge([first, {**second, "config": {"k": 4}}])
+    # One configuration, but another card or another step count: not one measurement.
+    for key, value in (("device_name", "NVIDIA H200"), ("steps", 4000)):
+        with pytest.raises(ValueError, match=key):
+            pad.merge([first, {**second, "meta": {**second["meta"], key: value}}])
+    # The command's --concurrency=1,16 form is read as the spaced one.
+    eq = {**data(1.001), "meta": {"command": "python -m benchmarks.probe_alternate "
+                                             "--concurrency=1,16"}}
+    assert pad.requested(eq) == [1, 16]
+
+
+def test_each_kind_alone_is_read_apart_from_the_whole():
+    rng = random.Random(5)
+    off = [2e6 * rng.uniform(0.9, 1.1) for _ in range(2000)]
+
+    def block(mode: str, cost: float, groups: list[str] | None = None) -> dict:
+        rec = {**_record([x * cost for x in off], off), "mode": mode}
+        return {"mode": mode, "groups": groups, "ranks": [{"record": rec}]}
+
+    cell = {"concurrency": 1, "blocks": [block("ab", 1.05), block("aa", 1.0),
+                                         block("ab", 1.0, ["replay"]),
+                                         block("ab", 1.04, ["propose"])]}
+    whole = pad.cell_reading(cell)
+    assert whole.ab.value == pytest.approx(5.0, abs=0.01)  # the grouped blocks left out
+    kinds = pad.group_readings(cell)
+    assert set(kinds) == {"replay", "propose"}
+    assert kinds["replay"][0].value == pytest.approx(0.0, abs=0.01)
+    assert kinds["propose"][0].value == pytest.approx(4.0, abs=0.01)
+    assert kinds["propose"][1] == (2000, 2000)
+    text = "\n".join(pad.where_lines({"cells": [cell]}))
+    assert "| 1 | propose | +4.00" in text and "| 1 | replay | +0.00" in text
