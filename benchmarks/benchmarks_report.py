@@ -888,7 +888,8 @@ def c1_step_lines(sets: list[RunSet], cost: dict | None) -> list[str]:
                   *md_table(["run set", "server", "reps", "client ms", "engine core ms",
                              "client minus engine ms"], engine_rows)]
     if gaps:
-        path = (cost or {}).get("step_cost_us", {}).get("v2_full_k3")
+        timed = (cost or {}).get("step_cost_us", {})
+        path = next((timed[k] for k in DEVICE_PATH if k in timed), None)
         lines += ["", "specgw with probes minus the same server without them (another process "
                   "of the same run set, so a process's own offset is in it too): " + "; ".join(
             f"`{label}` {us:+.0f} us" for label, us in gaps) + " per step" + (
@@ -995,8 +996,12 @@ def probe_cost_lines(rs: RunSet, cost: dict) -> list[str]:
 
 
 PROBE_PATH_LIMIT = 1.0  # % of an engine step: issue #14's probe-overhead target
-PATH_NAMES = {"v2_full_k3": "runner V2, FULL graphs, k=3 (what the device runs)",
+PATH_NAMES = {"v2_full_k3": "runner V2, FULL graphs, k=3, vLLM 0.27-0.32's calls (one "
+                            "fused decode graph)",
+              "v2_full_k3_0_26": "runner V2, FULL graphs, k=3, vLLM 0.26's calls (a decode "
+                                 "graph per drafter step: what the device runs)",
               "v1_piecewise_k3": "runner V1, PIECEWISE, k=3"}
+DEVICE_PATH = ("v2_full_k3_0_26", "v2_full_k3")  # the device's shape, else the nearest
 
 
 def probe_steps_us(rs: RunSet) -> dict[int, float]:

@@ -4,7 +4,8 @@
 the stand-ins do nothing, so "probed step" minus "bare step" is the CPU work the probes
 add (wrapper calls, closures, ledger), which device runs cannot resolve below their noise.
 
-The call shapes follow vLLM 0.27-0.32 (the versions ``vllm_0_27_0_32`` names):
+The call shapes follow vLLM 0.27-0.32 (the versions ``vllm_0_27_0_32`` names), and for
+runner V2 also vLLM 0.26's (``v2_full_k3_0_26``, what the device runs):
 
 * runner V2, uniform decode, k speculative tokens: the target replays one FULL graph
   through ``ModelCudaGraphManager.run_fullgraph`` (which calls the wrapped base
@@ -92,8 +93,12 @@ class Table:
     cudagraph_wrapper: tuple[str, str]
 
 
-def v2_step(ledger: Ledger, probed: bool, k: int = 3) -> Callable[[], None]:
-    """One runner V2 decode step at ``k`` speculative tokens (see the module docstring)."""
+def v2_step(ledger: Ledger, probed: bool, k: int = 3, fused: bool = True
+            ) -> Callable[[], None]:
+    """One runner V2 decode step at ``k`` speculative tokens (see the module docstring).
+    ``fused`` False is vLLM 0.26's shape (the version the device runs): no fused
+    multi-step decode, its ``_multi_step_decode`` replays one FULL graph per drafter step
+    2..k through ``run_fullgraph``."""
     graph_cls = type("CUDAGraph", (CUDAGraph,), {})
 
     class CudaGraphManager:
@@ -116,7 +121,11 @@ def v2_step(ledger: Ledger, probed: bool, k: int = 3) -> Callable[[], None]:
 
         def propose(self, num_reqs: int) -> str:
             self.prefill_cudagraph_manager.run_fullgraph("desc")
-            self._fused_multi_step_decode(num_reqs, False, "desc", None, None, k)
+            if fused:
+                self._fused_multi_step_decode(num_reqs, False, "desc", None, None, k)
+            else:
+                for _ in range(1, k):
+                    self.decode_cudagraph_manager.run_fullgraph("desc")
             return self.draft_tokens
 
         def _fused_multi_step_decode(self, num_reqs: int, skip_attn: bool, batch_desc: str,
@@ -204,5 +213,7 @@ def v1_step(ledger: Ledger, probed: bool, k: int = 3, target_pieces: int = 5,
     return step
 
 
-STEPS: dict[str, Callable[..., Callable[[], None]]] = {"v2_full_k3": v2_step,
-                                                       "v1_piecewise_k3": v1_step}
+STEPS: dict[str, Callable[..., Callable[[], None]]] = {
+    "v2_full_k3": v2_step,
+    "v2_full_k3_0_26": lambda ledger, probed: v2_step(ledger, probed, fused=False),
+    "v1_piecewise_k3": v1_step}
