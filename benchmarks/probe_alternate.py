@@ -158,8 +158,12 @@ async def cell(a: argparse.Namespace, srv: Server, c: int, first: int) -> dict:
                 prof = await profiles(a, http, srv, c)
         finally:
             await load.stop()
+        # What the probes counted by the cell's end (the ungrouped 'in' steps and the
+        # windows with the probes in): a check that they count the runner's forwards.
+        r = await http.get(f"{url}/v1/engine/probes", timeout=60)
+        ledger = r.json() if r.status_code == 200 else None
     out = {"concurrency": c, "blocks": blocks, "requests_done": load.done,
-           "errors": load.errors}
+           "errors": load.errors, "ledger": ledger}
     if prof is not None:
         out["profiles"] = prof
         out["profile_reading"] = profile_reading(a.out, out)

@@ -8,12 +8,14 @@ The call shapes follow vLLM 0.27-0.32 (the versions ``vllm_0_27_0_32`` names), a
 runner V2 also vLLM 0.26's (``v2_full_k3_0_26``, what the device runs):
 
 * runner V2, uniform decode, k speculative tokens: the target replays one FULL graph
-  through ``ModelCudaGraphManager.run_fullgraph`` (which calls the wrapped base
+  through ``ModelCudaGraphManager.run_fullgraph`` (which calls the base
   ``CudaGraphManager.run_fullgraph``; no ``set_forward_context`` on the FULL path); the
   speculator's ``propose`` replays the FULL draft-prefill graph (the first pass) through
   ``run_fullgraph`` and calls ``_fused_multi_step_decode`` with six positional arguments,
   which replays one FULL graph covering k-1 drafter steps. Each graph replay goes through
-  ``torch.cuda.CUDAGraph.replay``.
+  ``torch.cuda.CUDAGraph.replay``; the graphs were captured outside any forward scope
+  (as vLLM's manager does, ``torch.cuda.graph`` before the forward context), which marks
+  them whole.
 * runner V1, PIECEWISE: each forward enters its module's ``set_forward_context`` with
   ``cudagraph_runtime_mode=PIECEWISE`` and calls ``pieces`` PIECEWISE ``CUDAGraphWrapper``
   instances, each replaying one graph; one target forward, then a ``propose`` of k drafter
@@ -103,7 +105,9 @@ def v2_step(ledger: Ledger, probed: bool, k: int = 3, fused: bool = True
 
     class CudaGraphManager:
         def __init__(self) -> None:
-            self.graphs = {"desc": graph_cls()}
+            g = graph_cls()
+            g.capture_begin()  # outside any forward scope, as vLLM's manager captures
+            self.graphs = {"desc": g}
 
         def run_fullgraph(self, desc: str) -> None:
             self.graphs[desc].replay()
@@ -138,15 +142,13 @@ def v2_step(ledger: Ledger, probed: bool, k: int = 3, fused: bool = True
     if probed:  # as install() and _graph_probes() apply them
         with _torch_standin(graph_cls):
             inst._graph_probes(ledger)
-        inst._wrap_attr(CudaGraphManager, "run_fullgraph",
-                        inst._fullgraph_probe(ledger, ROLE_TARGET), "v2.run_fullgraph", ledger,
-                        "fullgraph")
         inst._wrap_attr(Speculator, "propose", inst._propose_probe(ledger),
                         "v2.draft.propose", ledger, "propose")
         inst._wrap_attr(Speculator, "_fused_multi_step_decode", inst._fused_probe(ledger),
                         "v2.draft._fused_multi_step_decode", ledger, "fused")
     del inst._PATCHES[n0:]  # stand-ins only: install.set_enabled must not switch them
-    target, spec = ModelCudaGraphManager(), Speculator()
+    with ledger.suppressed():  # capture time: seen, not counted
+        target, spec = ModelCudaGraphManager(), Speculator()
 
     def step() -> None:
         target.run_fullgraph("desc")

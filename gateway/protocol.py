@@ -333,8 +333,7 @@ class ProbeSwitchRequest(BaseModel):
 
 # As engine_ext.internals.install.GROUPS (a test holds them equal; the gateway does not
 # import the engine's side).
-ProbeGroup = Literal["replay", "pieces", "forward_context", "propose", "fullgraph", "fused",
-                     "suppress"]
+ProbeGroup = Literal["replay", "pieces", "forward_context", "propose", "fused", "suppress"]
 ALTERNATE_MAX_STEPS = 200_000  # as engine_ext.probes.alternate.MAX_STEPS: 200k steps of
 # records is a few MB in one RPC answer
 

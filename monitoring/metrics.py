@@ -332,11 +332,12 @@ def coverage_by_role(snaps: list[dict]) -> dict[str, bool]:
             out["target"] = out["draft"] = False
         runner = snap.get("runner", "v1")
         inst = snap.get("installed", {})
-        # Piece probes serve both roles: without them pieces cannot be told apart.
-        if not all(ok for k, ok in inst.items() if k.startswith("graph.")):
+        # Piece probes serve both roles: without them pieces cannot be told apart; nor
+        # can a graph replay be counted at all without torch's replay and capture probes.
+        if not all(ok for k, ok in inst.items() if k.startswith("graph.")) or not all(
+                inst.get(f"torch.cuda.CUDAGraph.{m}") for m in ("replay", "capture_begin")):
             out["target"] = out["draft"] = False
-        target_keys = [k for k in inst if k.startswith(f"{runner}.target") or
-                       (runner == "v2" and k == "v2.run_fullgraph")]
+        target_keys = [k for k in inst if k.startswith(f"{runner}.target")]
         draft_keys = [k for k in inst if k.startswith(f"{runner}.draft")]
         if not target_keys or not all(inst[k] for k in target_keys):
             out["target"] = False

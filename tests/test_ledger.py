@@ -30,6 +30,38 @@ def test_replay_inside_scope_is_graph_and_silent_fallback_is_eager():
     assert lg.proposes == 1 and lg.proposes_without_forward == 0
 
 
+class _Graph:
+    """Stands for a torch.cuda.CUDAGraph: what the replay and capture probes hand over."""
+
+
+def test_a_graph_captured_outside_any_scope_counts_each_replay_as_a_full_forward():
+    lg = Ledger()
+    whole, piece, stray = _Graph(), _Graph(), _Graph()
+    with lg.suppressed("target"):
+        lg.on_capture(whole)  # runner V2: torch.cuda.graph before the forward context
+        with lg.forward("target", "piecewise"):
+            lg.on_capture(piece)  # a piece: captured inside its forward
+        lg.on_replay(whole)  # a warm-up replay: seen, not counted
+    lg.on_replay(whole)
+    with lg.propose():
+        lg.on_replay(whole)
+        with lg.covering(2):
+            lg.on_replay(whole)
+    lg.on_replay(piece)  # outside any scope and not whole: escaped, coverage off
+    lg.on_replay(stray)
+    assert counts(lg) == {("target", "forward", "full", "graph"): 1,
+                          ("draft", "first_pass", "full", "graph"): 1,
+                          ("draft", "draft_step", "full", "graph"): 2}
+    snap = lg.snapshot()
+    assert snap["pieces"] == [["draft", "draft_step", 2, 2], ["draft", "first_pass", 1, 1],
+                              ["target", "forward", 1, 1]]
+    assert snap["unattributed_replays"] == 2 and lg.proposes_without_forward == 0
+    assert coverage_by_role([{**snap, "runner": "v2", "installed": {
+        "torch.cuda.CUDAGraph.replay": True, "torch.cuda.CUDAGraph.capture_begin": True,
+        "v2.target.set_forward_context": True, "v2.draft.propose": True}}]) == {
+        "target": False, "draft": False}
+
+
 def test_a_diverted_thread_counts_apart_until_undiverted():
     lg = Ledger()
     with lg.forward("target", "full"):
@@ -83,16 +115,22 @@ def test_unprobed_paths_turn_coverage_off():
     lg.on_replay()  # a replay no probe scope saw
     with lg.propose():
         pass  # a propose whose forwards no probe saw
+    graphs = {"torch.cuda.CUDAGraph.replay": True, "torch.cuda.CUDAGraph.capture_begin": True}
     snap = {**lg.snapshot(), "runner": "v1", "draft_propose_probed": True,
-            "installed": {"v1.target.x": True, "v1.draft.y": True}}
+            "installed": {**graphs, "v1.target.x": True, "v1.draft.y": True}}
     assert snap["unattributed_replays"] == 1 and snap["proposes_without_forward"] == 1
     assert coverage_by_role([snap]) == {"target": False, "draft": False}
-    ok = {"runner": "v1", "installed": {"v1.target.x": True, "v1.draft.y": True},
+    ok = {"runner": "v1", "installed": {**graphs, "v1.target.x": True, "v1.draft.y": True},
           "draft_propose_probed": True, "unattributed_replays": 0,
           "proposes_without_forward": 0}
     assert coverage_by_role([ok]) == {"target": True, "draft": True}
-    assert coverage_by_role([{**ok, "installed": {"v1.target.x": True, "v1.draft.y": False}}]) \
+    assert coverage_by_role([{**ok, "installed": {**graphs, "v1.target.x": True,
+                                                  "v1.draft.y": False}}]) \
         == {"target": True, "draft": False}
+    # Without torch's replay probe no graph is counted at all, for either role.
+    assert coverage_by_role([{**ok, "installed": {**ok["installed"],
+                                                  "torch.cuda.CUDAGraph.replay": False}}]) \
+        == {"target": False, "draft": False}
     assert coverage_by_role([{**ok, "draft_propose_probed": False}])["draft"] is False
 
 

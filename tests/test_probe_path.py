@@ -28,7 +28,7 @@ def test_v2_probed_step_counts_one_full_step(n: int):
     step = v2_step(lg, probed=True, k=3)
     assert lg.installed == dict.fromkeys(
         ["torch.cuda.CUDAGraph.replay", "torch.cuda.CUDAGraph.capture_begin",
-         "v2.run_fullgraph", "v2.draft.propose", "v2.draft._fused_multi_step_decode"], True)
+         "v2.draft.propose", "v2.draft._fused_multi_step_decode"], True)
     for _ in range(n):
         step()
     assert counts(lg) == {
@@ -40,6 +40,22 @@ def test_v2_probed_step_counts_one_full_step(n: int):
         "pieces": {("target", "forward"): (n, n), ("draft", "first_pass"): (n, n),
                    ("draft", "draft_step"): (2 * n, 2 * n)},
         "proposes": n, "unattributed": 0}
+
+
+def test_v2_step_of_vllm_0_26_counts_a_decode_graph_per_drafter_step():
+    lg = Ledger()
+    step = v2_step(lg, probed=True, k=3, fused=False)
+    step()
+    step()
+    assert counts(lg) == {
+        "forwards": {("target", "forward", "full", "graph"): 2,
+                     ("draft", "first_pass", "full", "graph"): 2,
+                     ("draft", "draft_step", "full", "graph"): 4},
+        "replays": {("target", "forward"): 2, ("draft", "first_pass"): 2,
+                    ("draft", "draft_step"): 4},
+        "pieces": {("target", "forward"): (2, 2), ("draft", "first_pass"): (2, 2),
+                   ("draft", "draft_step"): (4, 4)},
+        "proposes": 2, "unattributed": 0}
 
 
 @pytest.mark.parametrize(("tp", "dp"), [(5, 2), (3, 1)])

@@ -35,6 +35,14 @@ def test_v2_internals_exist_in_source():
         assert f"def {table.v2_fused_decode_method}(" in src
     cg = Path(importlib.util.find_spec(table.v2_cudagraph_module).origin).read_text()
     assert "class CudaGraphManager" in cg and "def run_fullgraph(" in cg
+    # What the ledger counts runner V2's FULL forwards by (Ledger.on_capture/on_replay):
+    # the manager begins a FULL capture (torch.cuda.graph) before the forward context,
+    # and run_fullgraph replays the graph with no forward context of its own.
+    capture = cg[cg.index("torch.cuda.graph("):]
+    assert capture.index("forward_fn(CUDAGraphMode.NONE)") < capture.index("\n    def ")
+    run = cg[cg.index("def run_fullgraph("):]
+    run = run[:run.index("\n    def ")]
+    assert ".replay()" in run and "set_forward_context" not in run
 
 
 def test_graph_rules_and_constants_hold_in_installed_vllm():

@@ -29,7 +29,7 @@ log = logging.getLogger("engine_ext.probes")
 _MARK = "__specgw_probe__"
 # What set_enabled switches, by the kind of work each wrapper adds to an engine step, so
 # that an alternation (probes.alternate) can price one kind alone.
-GROUPS = ("replay", "pieces", "forward_context", "propose", "fullgraph", "fused", "suppress")
+GROUPS = ("replay", "pieces", "forward_context", "propose", "fused", "suppress")
 # (group, owner, attribute, original, wrapper) of every switchable probe, for set_enabled.
 _PATCHES: list[tuple[str, Any, str, Any, Any]] = []
 
@@ -142,22 +142,6 @@ def _propose_probe(ledger: Ledger):
     return make
 
 
-def _fullgraph_probe(ledger: Ledger, default_role: str):
-    """``run_fullgraph`` replays one FULL graph with no Python model call inside: it is a
-    forward of the drafter when called under ``propose`` and of the target otherwise."""
-
-    def make(orig):
-        def probed(self, *args, **kwargs):
-            role = ROLE_DRAFT if ledger.in_propose else default_role
-            weight = ledger.fused_steps if role == ROLE_DRAFT else 1
-            with ledger.forward(role, "full", weight=weight or 1):
-                return orig(self, *args, **kwargs)
-
-        return probed
-
-    return make
-
-
 def _fused_probe(ledger: Ledger):
     def make(orig):
         def probed(self, *args, **kwargs):
@@ -225,14 +209,14 @@ def _graph_probes(ledger: Ledger) -> None:
 
     def replay_make(orig):
         def replay(self, *args, **kwargs):
-            ledger.on_replay()
+            ledger.on_replay(self)
             return orig(self, *args, **kwargs)
 
         return replay
 
     def capture_make(orig):
         def capture_begin(self, *args, **kwargs):
-            ledger.on_capture()
+            ledger.on_capture(self)
             return orig(self, *args, **kwargs)
 
         return capture_begin
@@ -304,7 +288,6 @@ def install(table: InternalsTable, ledger: Ledger = LEDGER) -> Ledger:  # noqa: 
     try:
         runner_mod = _resolve(table.v2_runner_module)
         runner_cls = getattr(runner_mod, table.v2_runner_class)
-        cg = _resolve(table.v2_cudagraph_module)
         spec_mod = _resolve(table.v2_speculator[0])
         spec_cls = getattr(spec_mod, table.v2_speculator[1])
     except Exception as exc:
@@ -319,13 +302,11 @@ def install(table: InternalsTable, ledger: Ledger = LEDGER) -> Ledger:  # noqa: 
                        f"v2.target.{m}", ledger, "suppress")
     # The speculator's FULL graphs are captured inside the runner's capture_model, and
     # torch.cuda.graph starts capturing before any forward context: name the role here.
+    # Those graphs (the target's too) are marked whole at capture and counted at replay
+    # (Ledger.on_replay): run_fullgraph needs no wrapper on the decode path.
     _wrap_attr(spec_cls, table.v2_speculator_capture_method,
                _suppress_probe(ledger, ROLE_DRAFT),
                f"v2.draft.{table.v2_speculator_capture_method}", ledger, "suppress")
-    # Every FULL replay (the model manager's override calls super()) goes through the
-    # base class; whether it is target or drafter work is decided by being in propose().
-    _wrap_attr(cg.CudaGraphManager, "run_fullgraph", _fullgraph_probe(ledger, ROLE_TARGET),
-               "v2.run_fullgraph", ledger, "fullgraph")
     _wrap_attr(spec_cls, "propose", _propose_probe(ledger), "v2.draft.propose", ledger,
                "propose")
     _wrap_attr(spec_mod, fc, _forward_context_probe(ROLE_DRAFT, ledger),

@@ -4,7 +4,10 @@ Pure Python and free of vLLM imports so it can be unit-tested anywhere. The vers
 modules in ``engine_ext.internals`` open a :func:`forward` scope around every model
 invocation they can see; ``torch.cuda.CUDAGraph.replay`` and ``capture_begin`` report
 into the innermost open scope, and every PIECEWISE ``CUDAGraphWrapper`` call (one piece of
-a compiled split graph) reports whether it replayed. At the end of the scope
+a compiled split graph) reports whether it replayed. Runner V2's FULL graphs are replayed
+by their manager with no forward context around them: a graph whose capture began outside
+any scope is marked at capture, and each of its replays counts as one FULL forward that
+replayed (``_count_whole``), with no scope and no wrapper of its own. At the end of the scope
 :func:`classify` compares what replayed with what the dispatcher asked for: a PIECEWISE
 forward is ``graph`` only if every piece of the split graph replayed, ``partial`` if some
 did, ``eager`` if none did (the silent fallback of vLLM PR #25109); a forward whose
@@ -15,6 +18,7 @@ Everything here is CPU-side bookkeeping: no tensor is touched, so no GPU sync is
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections import Counter
@@ -29,6 +33,12 @@ PHASE_FIRST = "first_pass"  # drafter pass over the verified tokens (B*(k+1) tok
 PHASE_STEP = "draft_step"  # drafter per-token steps 2..k (B tokens each)
 
 MODES = ("none", "piecewise", "full")
+# Set on a graph whose capture began outside any forward scope: a whole step's FULL graph
+# that its manager replays with no forward scope around it (runner V2's CudaGraphManager).
+WHOLE_GRAPH = "_specgw_whole_graph"
+# The (role, phase) of a whole-graph replay, by index into _Thread.whole_n / whole_w:
+# counting one is two list bumps (no key to build or hash); snapshot folds them in.
+_WHOLE = ((ROLE_TARGET, PHASE_TARGET), (ROLE_DRAFT, PHASE_FIRST), (ROLE_DRAFT, PHASE_STEP))
 UNKNOWN = "unknown"  # dispatch label not determinable: never counted as a graph hit
 EXECUTED = ("graph", "partial", "eager", UNKNOWN)
 
@@ -128,6 +138,8 @@ class _Thread:
         "scopes",
         "suppress",
         "unattributed_replays",
+        "whole_n",
+        "whole_w",
     )
 
     def __init__(self) -> None:
@@ -141,6 +153,8 @@ class _Thread:
         self.pieces_expected: Counter = Counter()  # (role, phase)
         self.pieces_replayed: Counter = Counter()  # (role, phase)
         self.unattributed_replays = 0
+        self.whole_n = [0] * len(_WHOLE)  # whole-graph replays, by _WHOLE index
+        self.whole_w = [0] * len(_WHOLE)  # the forwards they stand for (fused: k-1 each)
         self.proposes = 0
         self.proposes_without_forward = 0
 
@@ -312,12 +326,32 @@ class Ledger:
             scope.propose.forwards += w
 
     # ------------------------------------------------------- torch callbacks
-    def on_replay(self) -> None:
+    def on_replay(self, graph: object = None) -> None:
         t = self._thread()
         if t.depth:
             t.scopes[t.depth - 1].replays += 1  # added to the ledger when the scope closes
+        elif getattr(graph, WHOLE_GRAPH, False):
+            self._count_whole(t)
         elif t.suppress == 0:
             t.unattributed_replays += 1
+
+    @staticmethod
+    def _count_whole(t: _Thread) -> None:
+        """A whole-graph replay is one FULL forward that replayed: the drafter's under
+        ``propose`` (its first is the first pass; under ``covering`` it stands for that
+        many steps), the target's otherwise. What a FULL scope would count, with no scope:
+        this is the replay path of every runner V2 decode step, so it stays this short."""
+        if t.suppress:
+            return
+        st = t.propose
+        if st is None:
+            i, w = 0, 1
+        else:
+            i = 1 if st.forwards == 0 else 2
+            w = st.fused_steps or 1
+            st.forwards += w
+        t.whole_n[i] += 1
+        t.whole_w[i] += w
 
     def piece(self, fn, *args, **kwargs):
         """Run one PIECEWISE wrapper call (a piece of a split graph) inside the open
@@ -337,10 +371,16 @@ class Ledger:
         with self._lock:
             self.piece_wrappers[prefix or ""] += 1
 
-    def on_capture(self) -> None:
+    def on_capture(self, graph: object = None) -> None:
         t = self._thread()
         top = t.top()
         role = top.role if top is not None else t.role_hint or "unknown"
+        if top is None and graph is not None:
+            # Runner V2 begins a FULL capture before the model's forward context (vLLM's
+            # piecewise and V1 FULL graphs are captured inside it, by CUDAGraphWrapper):
+            # its replays come with no scope, and are counted as whole forwards.
+            with contextlib.suppress(AttributeError, TypeError):
+                setattr(graph, WHOLE_GRAPH, True)
         with self._lock:
             self.captures[role] += 1
 
@@ -358,6 +398,14 @@ class Ledger:
         ``collective_rpc`` on the thread that runs the model, between forwards."""
         forwards, replays = self._merged("forwards"), self._merged("replays")
         expected, replayed = self._merged("pieces_expected"), self._merged("pieces_replayed")
+        for t in list(self._threads):
+            n, w = list(t.whole_n), list(t.whole_w)
+            for (role, phase), ni, wi in zip(_WHOLE, n, w, strict=True):
+                if ni:  # FULL forwards that replayed: one graph expected and replayed each
+                    forwards[(role, phase, "full", "graph")] += wi
+                    replays[(role, phase)] += ni
+                    expected[(role, phase)] += wi
+                    replayed[(role, phase)] += wi
         with self._lock:
             return {
                 "forwards": [[*k, v] for k, v in sorted(forwards.items())],
