@@ -348,6 +348,15 @@ def where_lines(data: dict) -> list[str]:
                   *md_table(["concurrency", "kind", "overhead % (sum)", "pairs counted"],
                             rows)]
     for c in data["cells"]:
+        for snap in c.get("ledger") or []:
+            fw = {(r[0], r[1], r[2], r[3]): r[4] for r in snap["forwards"]}
+            lines += ["", f"The probes' ledger at the end of c={c['concurrency']} (rank "
+                      f"{snap.get('rank', 0)}, runner {snap.get('runner')}; every step the "
+                      "probes were in on, since the engine started): " + ", ".join(
+                          f"{' '.join(k)} {v}" for k, v in sorted(fw.items())) +
+                      f"; proposes {snap['proposes']}, of them without a counted forward "
+                      f"{snap['proposes_without_forward']}; replays outside any forward "
+                      f"{snap['unattributed_replays']}."]
         pr = c.get("profile_reading")
         if not pr:
             continue
