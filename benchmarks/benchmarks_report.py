@@ -893,9 +893,11 @@ def c1_step_lines(sets: list[RunSet], cost: dict | None) -> list[str]:
         lines += ["", "specgw with probes minus the same server without them (another process "
                   "of the same run set, so a process's own offset is in it too): " + "; ".join(
             f"`{label}` {us:+.0f} us" for label, us in gaps) + " per step" + (
-            f", against {path['median']:.1f} us of Python work for the whole probe path "
-            "per runner V2 step timed on this CPU (section 2): the probes' own work does "
-            "not account for that difference; what does was not found in these runs."
+            f", against {path['median']:.1f} us of Python work for the whole probe path as "
+            "it is now per runner V2 step timed on this CPU (section 2; these run sets "
+            "served an earlier path, with run_fullgraph wrapped, whose ledger work alone is "
+            "in section 2 too): the probes' own work does not account for that difference; "
+            "what does was not found in these runs."
             if path and min(us for _, us in gaps) > 10 * path["median"] else ".")]
     return lines
 

@@ -351,11 +351,12 @@ def where_lines(data: dict) -> list[str]:
         for snap in c.get("ledger") or []:
             fw = {(r[0], r[1], r[2], r[3]): r[4] for r in snap["forwards"]}
             lines += ["", f"The probes' ledger at the end of c={c['concurrency']} (rank "
-                      f"{snap.get('rank', 0)}, runner {snap.get('runner')}; every step the "
-                      "probes were in on, since the engine started): " + ", ".join(
+                      f"{snap.get('rank', 0)}, runner {snap.get('runner')}; since the engine "
+                      "started, every step the probes were in on, less the grouped blocks', "
+                      "which count apart): " + ", ".join(
                           f"{' '.join(k)} {v}" for k, v in sorted(fw.items())) +
                       f"; proposes {snap['proposes']}, of them without a counted forward "
-                      f"{snap['proposes_without_forward']}; replays outside any forward "
+                      f"{snap['proposes_without_forward']}; replays no forward claimed "
                       f"{snap['unattributed_replays']}."]
         pr = c.get("profile_reading")
         if not pr:

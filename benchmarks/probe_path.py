@@ -104,9 +104,12 @@ def v2_step(ledger: Ledger, probed: bool, k: int = 3, fused: bool = True
     graph_cls = type("CUDAGraph", (CUDAGraph,), {})
 
     class CudaGraphManager:
-        def __init__(self) -> None:
+        def __init__(self, role: str) -> None:
             g = graph_cls()
-            g.capture_begin()  # outside any forward scope, as vLLM's manager captures
+            # As vLLM's manager captures: in its capture, outside any forward scope, under
+            # the role the runner's or the speculator's capture names.
+            with ledger.suppressed(role), ledger.whole_captures():
+                g.capture_begin()
             self.graphs = {"desc": g}
 
         def run_fullgraph(self, desc: str) -> None:
@@ -119,8 +122,8 @@ def v2_step(ledger: Ledger, probed: bool, k: int = 3, fused: bool = True
 
     class Speculator:
         def __init__(self) -> None:
-            self.prefill_cudagraph_manager = CudaGraphManager()
-            self.decode_cudagraph_manager = CudaGraphManager()
+            self.prefill_cudagraph_manager = CudaGraphManager(ROLE_DRAFT)
+            self.decode_cudagraph_manager = CudaGraphManager(ROLE_DRAFT)
             self.draft_tokens = "draft_tokens"
 
         def propose(self, num_reqs: int) -> str:
@@ -147,8 +150,7 @@ def v2_step(ledger: Ledger, probed: bool, k: int = 3, fused: bool = True
         inst._wrap_attr(Speculator, "_fused_multi_step_decode", inst._fused_probe(ledger),
                         "v2.draft._fused_multi_step_decode", ledger, "fused")
     del inst._PATCHES[n0:]  # stand-ins only: install.set_enabled must not switch them
-    with ledger.suppressed():  # capture time: seen, not counted
-        target, spec = ModelCudaGraphManager(), Speculator()
+    target, spec = ModelCudaGraphManager(ROLE_TARGET), Speculator()
 
     def step() -> None:
         target.run_fullgraph("desc")

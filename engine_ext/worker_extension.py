@@ -40,7 +40,7 @@ class ProbeWorkerExtension:
         from engine_ext.probes import alternate
 
         cur = alternate.CURRENT
-        if cur is not None and not cur.done:
+        if cur is not None and not cur.settled:
             raise RuntimeError("a probe alternation is already running")
         t = table_for()
         alt = alternate.Alternation(self, t.worker_step_method, t.scheduler_output_fields,

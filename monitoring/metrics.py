@@ -337,6 +337,8 @@ def coverage_by_role(snaps: list[dict]) -> dict[str, bool]:
         if not all(ok for k, ok in inst.items() if k.startswith("graph.")) or not all(
                 inst.get(f"torch.cuda.CUDAGraph.{m}") for m in ("replay", "capture_begin")):
             out["target"] = out["draft"] = False
+        if runner == "v2" and not inst.get("v2.capture"):  # FULL graphs not told apart
+            out["target"] = out["draft"] = False
         target_keys = [k for k in inst if k.startswith(f"{runner}.target")]
         draft_keys = [k for k in inst if k.startswith(f"{runner}.draft")]
         if not target_keys or not all(inst[k] for k in target_keys):

@@ -36,18 +36,25 @@ class _Graph:
 
 def test_a_graph_captured_outside_any_scope_counts_each_replay_as_a_full_forward():
     lg = Ledger()
-    whole, piece, stray = _Graph(), _Graph(), _Graph()
-    with lg.suppressed("target"):
+    whole, draft, piece, own, stray = _Graph(), _Graph(), _Graph(), _Graph(), _Graph()
+    with lg.suppressed("target"), lg.whole_captures():
         lg.on_capture(whole)  # runner V2: torch.cuda.graph before the forward context
         with lg.forward("target", "piecewise"):
             lg.on_capture(piece)  # a piece: captured inside its forward
         lg.on_replay(whole)  # a warm-up replay: seen, not counted
+        with lg.suppressed("draft"):
+            lg.on_capture(draft)  # the speculator's, in the runner's capture_model
+    with lg.suppressed("draft"):
+        lg.on_capture(own)  # outside any scope but not in a V2 manager's capture
     lg.on_replay(whole)
     with lg.propose():
-        lg.on_replay(whole)
+        lg.on_replay(draft)
         with lg.covering(2):
-            lg.on_replay(whole)
-    lg.on_replay(piece)  # outside any scope and not whole: escaped, coverage off
+            lg.on_replay(draft)
+        lg.on_replay(whole)  # the target's graph inside propose: an escape
+    lg.on_replay(draft)  # the drafter's graph outside propose: an escape
+    lg.on_replay(own)  # not whole and no scope: escaped
+    lg.on_replay(piece)
     lg.on_replay(stray)
     assert counts(lg) == {("target", "forward", "full", "graph"): 1,
                           ("draft", "first_pass", "full", "graph"): 1,
@@ -55,11 +62,17 @@ def test_a_graph_captured_outside_any_scope_counts_each_replay_as_a_full_forward
     snap = lg.snapshot()
     assert snap["pieces"] == [["draft", "draft_step", 2, 2], ["draft", "first_pass", 1, 1],
                               ["target", "forward", 1, 1]]
-    assert snap["unattributed_replays"] == 2 and lg.proposes_without_forward == 0
-    assert coverage_by_role([{**snap, "runner": "v2", "installed": {
-        "torch.cuda.CUDAGraph.replay": True, "torch.cuda.CUDAGraph.capture_begin": True,
-        "v2.target.set_forward_context": True, "v2.draft.propose": True}}]) == {
+    assert snap["unattributed_replays"] == 5 and lg.proposes_without_forward == 0
+    installed = {"torch.cuda.CUDAGraph.replay": True, "torch.cuda.CUDAGraph.capture_begin":
+                 True, "v2.capture": True, "v2.target.set_forward_context": True,
+                 "v2.draft.propose": True}
+    clean = {**snap, "runner": "v2", "installed": installed, "unattributed_replays": 0}
+    assert coverage_by_role([{**clean, "unattributed_replays": 5}]) == {
         "target": False, "draft": False}
+    assert coverage_by_role([clean]) == {"target": True, "draft": True}
+    # Without the manager's capture probe no FULL graph of runner V2 is told apart.
+    assert coverage_by_role([{**clean, "installed": {**installed, "v2.capture": False}}]) \
+        == {"target": False, "draft": False}
 
 
 def test_a_diverted_thread_counts_apart_until_undiverted():
@@ -278,3 +291,35 @@ def test_forwards_pieces_and_proposes_take_no_lock_and_each_thread_counts_its_ow
     assert c[("draft", "first_pass", "full", "graph")] == 800
     assert lg.proposes == 800
     assert ["target", "forward", 800, 800] in lg.snapshot()["pieces"]
+
+
+def test_an_alternation_stopped_from_another_thread_undiverts_on_the_models():
+    import threading
+    import types
+
+    from engine_ext.probes.alternate import Alternation
+
+    lg = Ledger()
+
+    class Worker:
+        def execute_model(self, out):
+            with lg.propose():  # what the probed drafter does each step
+                pass
+            return out
+
+    w = Worker()
+    alt = Alternation(w, "execute_model", ("total", "per_req"), 100, "ab", 0, ledger=lg,
+                      groups=("propose",))
+    alt.start()
+    sched = types.SimpleNamespace(total=4, per_req={"a": 4})
+    w.execute_model(sched)  # diverts: this propose goes to the scratch
+    assert lg.proposes == 0
+    stopper = threading.Thread(target=alt.finish)
+    stopper.start()
+    stopper.join()
+    assert alt.done and not alt.settled and alt.record()["done"] is False
+    assert alt.proposes_counted == 1
+    w.execute_model(sched)  # the model's thread: undone here, then vLLM's step as is
+    assert alt.settled and "execute_model" not in vars(w)
+    w.execute_model(sched)
+    assert lg.proposes == 2  # counting into the ledger again, on this thread's own

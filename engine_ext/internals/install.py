@@ -142,6 +142,17 @@ def _propose_probe(ledger: Ledger):
     return make
 
 
+def _whole_capture_probe(ledger: Ledger):
+    def make(orig):
+        def probed(*args, **kwargs):
+            with ledger.whole_captures():
+                return orig(*args, **kwargs)
+
+        return probed
+
+    return make
+
+
 def _fused_probe(ledger: Ledger):
     def make(orig):
         def probed(self, *args, **kwargs):
@@ -288,6 +299,7 @@ def install(table: InternalsTable, ledger: Ledger = LEDGER) -> Ledger:  # noqa: 
     try:
         runner_mod = _resolve(table.v2_runner_module)
         runner_cls = getattr(runner_mod, table.v2_runner_class)
+        cg = _resolve(table.v2_cudagraph_module)
         spec_mod = _resolve(table.v2_speculator[0])
         spec_cls = getattr(spec_mod, table.v2_speculator[1])
     except Exception as exc:
@@ -303,7 +315,10 @@ def install(table: InternalsTable, ledger: Ledger = LEDGER) -> Ledger:  # noqa: 
     # The speculator's FULL graphs are captured inside the runner's capture_model, and
     # torch.cuda.graph starts capturing before any forward context: name the role here.
     # Those graphs (the target's too) are marked whole at capture and counted at replay
-    # (Ledger.on_replay): run_fullgraph needs no wrapper on the decode path.
+    # (Ledger.on_replay): run_fullgraph needs no wrapper on the decode path. Every V2
+    # manager's capture goes through the base class's (the subclasses call super()).
+    _wrap_attr(cg.CudaGraphManager, "capture", _whole_capture_probe(ledger), "v2.capture",
+               ledger)
     _wrap_attr(spec_cls, table.v2_speculator_capture_method,
                _suppress_probe(ledger, ROLE_DRAFT),
                f"v2.draft.{table.v2_speculator_capture_method}", ledger, "suppress")

@@ -220,6 +220,7 @@ class InternalsTable:
         for m in ("_dummy_run", "capture_model"):
             has(self.v2_runner_module, self.v2_runner_class, m)
         has(self.v2_cudagraph_module, "CudaGraphManager", "run_fullgraph")
+        has(self.v2_cudagraph_module, "CudaGraphManager", "capture")
         has(self.v2_cudagraph_module, "ModelCudaGraphManager", "run_fullgraph")
         has(*self.v2_speculator, "propose")
         has(self.v2_speculator[0], self.forward_context_name)

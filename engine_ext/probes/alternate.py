@@ -78,6 +78,8 @@ class Alternation:
         self._proposes_at_start: int | None = None
         self.proposes_counted: int | None = None
         self._diverted: tuple | None = None  # (scratch, own) while groups divert counting
+        self._divert_thread: int | None = None
+        self._undivert_pending = False  # finished on another thread: undone at next step
 
     def start(self) -> None:
         # An instance attribute shadows the class's method for this worker alone; vLLM's
@@ -85,12 +87,23 @@ class Alternation:
         self._proposes_at_start = self.ledger.proposes
         setattr(self.worker, self.step_method, self._step)
 
+    @property
+    def settled(self) -> bool:
+        """Done, and the model's thread counts into its own ledger again."""
+        return self.done and not self._undivert_pending
+
     def _step(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+        if self._undivert_pending:  # finished from another thread: undone here, on ours
+            self._undivert_pending = False
+            self.worker.__dict__.pop(self.step_method, None)
+            self._undivert()
+            return self._original(scheduler_output, *args, **kwargs)
         now = time.perf_counter_ns()
         i = len(self.t_ns)
         if i < self.steps:
             if i == 0 and self.groups is not None:  # on the model's thread, as its steps
                 self._diverted = self.ledger.divert()
+                self._divert_thread = threading.get_ident()
             state = self.schedule[i] if self.mode == "ab" else 1
             set_enabled(bool(state), self.ledger, self.groups)
             per_req = getattr(scheduler_output, self.per_request_field, None) or {}
@@ -108,16 +121,26 @@ class Alternation:
         if self.done:
             return
         self.done = True
-        self.worker.__dict__.pop(self.step_method, None)
-        set_enabled(self._was_enabled, self.ledger)
+        try:
+            set_enabled(self._was_enabled, self.ledger)
+        finally:
+            if self._diverted is not None:
+                self.proposes_counted = self._diverted[0].proposes
+            elif self._proposes_at_start is not None:
+                self.proposes_counted = self.ledger.proposes - self._proposes_at_start
+            # The divert is the model thread's own (a thread-local): only that thread
+            # can undo it. The stop RPC runs there (collective_rpc, between steps); were
+            # it ever elsewhere, the step hook stays for one step more to undo it.
+            if self._diverted is not None and threading.get_ident() != self._divert_thread:
+                self._undivert_pending = True
+            else:
+                self.worker.__dict__.pop(self.step_method, None)
+                self._undivert()
+
+    def _undivert(self) -> None:
         if self._diverted is not None:
-            # finish() runs on the model's thread (its last step, or the stop RPC, which
-            # collective_rpc runs there between steps), whose local the divert set.
-            scratch, own = self._diverted
-            self.ledger.undivert(own)
-            self.proposes_counted = scratch.proposes
-        elif self._proposes_at_start is not None:
-            self.proposes_counted = self.ledger.proposes - self._proposes_at_start
+            self.ledger.undivert(self._diverted[1])
+            self._diverted = None
 
     def note_rpc(self, kind: str, t0_ns: int, t1_ns: int) -> None:
         """One of our RPCs ran on the model's thread from ``t0_ns`` to ``t1_ns``: the
@@ -130,7 +153,7 @@ class Alternation:
         """The whole record once done; before, only how far it got (a reader polling a
         running alternation must not cost the steps it measures a copy of every list)."""
         with self._lock:
-            head = {"mode": self.mode, "steps": self.steps, "done": self.done,
+            head = {"mode": self.mode, "steps": self.steps, "done": self.settled,
                     "recorded": min(len(self.tokens), self.steps),
                     "groups": None if self.groups is None else sorted(self.groups)}
             if not self.done:

@@ -33,8 +33,10 @@ PHASE_FIRST = "first_pass"  # drafter pass over the verified tokens (B*(k+1) tok
 PHASE_STEP = "draft_step"  # drafter per-token steps 2..k (B tokens each)
 
 MODES = ("none", "piecewise", "full")
-# Set on a graph whose capture began outside any forward scope: a whole step's FULL graph
-# that its manager replays with no forward scope around it (runner V2's CudaGraphManager).
+# Set (to its role) on a graph that runner V2's CudaGraphManager.capture began outside any
+# forward scope: a whole step's FULL graph, which the manager replays with no forward
+# scope around it. Graphs captured anywhere else outside a scope (an encoder's, a
+# drafter's own) stay unmarked: their replays are still escapes, and turn coverage off.
 WHOLE_GRAPH = "_specgw_whole_graph"
 # The (role, phase) of a whole-graph replay, by index into _Thread.whole_n / whole_w:
 # counting one is two list bumps (no key to build or hash); snapshot folds them in.
@@ -138,6 +140,7 @@ class _Thread:
         "scopes",
         "suppress",
         "unattributed_replays",
+        "whole_capture",
         "whole_n",
         "whole_w",
     )
@@ -153,6 +156,7 @@ class _Thread:
         self.pieces_expected: Counter = Counter()  # (role, phase)
         self.pieces_replayed: Counter = Counter()  # (role, phase)
         self.unattributed_replays = 0
+        self.whole_capture = 0  # inside CudaGraphManager.capture (nesting depth)
         self.whole_n = [0] * len(_WHOLE)  # whole-graph replays, by _WHOLE index
         self.whole_w = [0] * len(_WHOLE)  # the forwards they stand for (fused: k-1 each)
         self.proposes = 0
@@ -278,6 +282,17 @@ class Ledger:
             t.suppress -= 1
             t.role_hint = outer_role
 
+    @contextmanager
+    def whole_captures(self) -> Iterator[None]:
+        """Inside runner V2's ``CudaGraphManager.capture``: a graph begun outside any
+        forward scope here is a whole FULL graph (:data:`WHOLE_GRAPH`). Set-up time only."""
+        t = self._thread()
+        t.whole_capture += 1
+        try:
+            yield
+        finally:
+            t.whole_capture -= 1
+
     def propose(self) -> _Propose:
         """One drafter ``propose()`` call: its first forward is the first pass."""
         return _Propose(self._thread())
@@ -330,20 +345,25 @@ class Ledger:
         t = self._thread()
         if t.depth:
             t.scopes[t.depth - 1].replays += 1  # added to the ledger when the scope closes
-        elif getattr(graph, WHOLE_GRAPH, False):
-            self._count_whole(t)
+        elif (role := getattr(graph, WHOLE_GRAPH, None)) is not None:
+            self._count_whole(t, role)
         elif t.suppress == 0:
             t.unattributed_replays += 1
 
     @staticmethod
-    def _count_whole(t: _Thread) -> None:
+    def _count_whole(t: _Thread, role: str) -> None:
         """A whole-graph replay is one FULL forward that replayed: the drafter's under
         ``propose`` (its first is the first pass; under ``covering`` it stands for that
         many steps), the target's otherwise. What a FULL scope would count, with no scope:
-        this is the replay path of every runner V2 decode step, so it stays this short."""
+        this is the replay path of every runner V2 decode step, so it stays this short. A
+        graph captured for the other role than the one replaying it (a drafter whose
+        propose is not probed, say) is an escape, not a forward."""
         if t.suppress:
             return
         st = t.propose
+        if (st is None) != (role == ROLE_TARGET):
+            t.unattributed_replays += 1
+            return
         if st is None:
             i, w = 0, 1
         else:
@@ -375,12 +395,12 @@ class Ledger:
         t = self._thread()
         top = t.top()
         role = top.role if top is not None else t.role_hint or "unknown"
-        if top is None and graph is not None:
-            # Runner V2 begins a FULL capture before the model's forward context (vLLM's
-            # piecewise and V1 FULL graphs are captured inside it, by CUDAGraphWrapper):
+        if top is None and t.whole_capture and graph is not None:
+            # Runner V2's manager begins a FULL capture before the model's forward context
+            # (piecewise and V1 FULL graphs are captured inside it, by CUDAGraphWrapper):
             # its replays come with no scope, and are counted as whole forwards.
             with contextlib.suppress(AttributeError, TypeError):
-                setattr(graph, WHOLE_GRAPH, True)
+                setattr(graph, WHOLE_GRAPH, role)
         with self._lock:
             self.captures[role] += 1
 
