@@ -98,10 +98,17 @@ class Server:
         # Own session: stop() takes the engine-core and worker processes with it. The CPU
         # mask is set in the child before exec, while it has one thread: everything it
         # starts later inherits it (setting it on the pid afterwards would miss threads).
+        # SIGINT back to its default there: a shell without job control starts background
+        # commands with it ignored, and the server would inherit that (Python installs no
+        # KeyboardInterrupt handler over an ignored SIGINT), unlike one run from a terminal.
+        def child_setup() -> None:
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            if mask:
+                os.sched_setaffinity(0, mask)
+
         self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
                                      env=full_env, start_new_session=True,
-                                     preexec_fn=(lambda: os.sched_setaffinity(0, mask))
-                                     if mask else None)
+                                     preexec_fn=child_setup)
 
     def wait_ready(self, timeout: float = START_TIMEOUT_S) -> None:
         try:
