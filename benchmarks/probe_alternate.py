@@ -56,8 +56,6 @@ from benchmarks.harness import Server, metric_sum, scrape
 from benchmarks.probe_alternate_data import ITERATIONS, profile_reading, profile_stem, report
 from benchmarks.probe_toggle import Load, add_load_args, run_and_report, run_meta
 
-MODES = ("ab", "aa")
-
 
 def group_names(text: str) -> list[str]:
     from engine_ext.internals.install import GROUPS
@@ -101,10 +99,9 @@ async def profiles(a: argparse.Namespace, http: httpx.AsyncClient, srv: Server, 
     process's gzipped raw profile under ``OUT/profiles/``; per window its stem, wall time
     and the engine steps vLLM counted in it."""
     from benchmarks import py_spy
-    from benchmarks.serve_compare import server_processes
+    from benchmarks.serve_compare import process_names
 
-    procs = {f"{p.name().replace('/', '_').replace(' ', '_')}-{p.pid}": p.pid
-             for p in server_processes(srv)}
+    procs = process_names(srv)
     out: dict[str, dict] = {}
     try:
         for window, enabled in (("in", True), ("out", False)):
@@ -159,8 +156,8 @@ async def cell(a: argparse.Namespace, srv: Server, c: int, first: int) -> dict:
         finally:
             await load.stop()
         # What the probes counted by the cell's end (the ungrouped 'in' steps and the
-        # windows with the probes in): a check that they count the runner's forwards.
-        try:  # a check beside the measurement: never the cell's loss
+        # windows with the probes in), kept beside the measurement: never the cell's loss.
+        try:
             r = await http.get(f"{url}/v1/engine/probes", timeout=60)
             ledger = r.json() if r.status_code == 200 else None
         except (httpx.HTTPError, ValueError) as exc:

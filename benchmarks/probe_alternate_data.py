@@ -144,17 +144,23 @@ def records(cell: dict, mode: str, group: str | None = None) -> list[dict]:
             if blk["mode"] == mode and blk.get("groups") == want for rank in blk["ranks"]]
 
 
+def pooled_pairs(recs: list[dict]) -> tuple[list[tuple[int, int]], int]:
+    """:func:`step_pairs` of several records together: (counted pairs, all pairs)."""
+    pairs, total = [], 0
+    for rec in recs:
+        p, n = step_pairs(rec)
+        pairs += p
+        total += n
+    return pairs, total
+
+
 def group_readings(cell: dict) -> dict[str, tuple[Estimate, tuple[int, int]]]:
     """Each kind of wrapper priced alone (``probe_alternate --groups``): its step
     overhead (sum-based) and (pairs counted, pairs)."""
     groups = sorted({g for blk in cell["blocks"] for g in blk.get("groups") or []})
     out = {}
     for g in groups:
-        pairs, total = [], 0
-        for rec in records(cell, "ab", g):
-            p, n = step_pairs(rec)
-            pairs += p
-            total += n
+        pairs, total = pooled_pairs(records(cell, "ab", g))
         if pairs:
             out[g] = (overhead(pairs, seed=cell["concurrency"])[0], (len(pairs), total))
     return out
@@ -180,8 +186,10 @@ def profile_reading(src, cell: dict, top: int = 8) -> dict | None:
     win = {}
     for w in ("in", "out"):
         p = prof[w]
-        loaded = load_run(src, p["stem"], p["iterations"] or 1, None, p["rate"])
-        if "engine" not in loaded or not p["iterations"]:
+        if not p["iterations"]:  # no engine step in the window: nothing per step
+            return None
+        loaded = load_run(src, p["stem"], p["iterations"], None, p["rate"])
+        if "engine" not in loaded:
             return None
         win[w] = loaded["engine"]
         win[w].step_ms = 1000 * p["wall_s"] / p["iterations"]
@@ -199,11 +207,7 @@ def cell_reading(cell: dict) -> Cell:
     found: dict[str, tuple] = {}
     counts: dict[str, tuple[int, int]] = {}
     for mode in ("ab", "aa"):
-        pairs, total = [], 0
-        for rec in records(cell, mode):
-            p, n = step_pairs(rec)
-            pairs += p
-            total += n
+        pairs, total = pooled_pairs(records(cell, mode))
         counts[mode] = (len(pairs), total)
         found[mode] = (overhead(pairs, seed=cell["concurrency"]), pairs)
     costs = [c for mode in ("ab", "aa") for rec in records(cell, mode) for c in read_costs(rec)]

@@ -457,11 +457,17 @@ def profiled(a: argparse.Namespace, srv: Server, stem: str
         return contextlib.nullcontext()
     from benchmarks import py_spy
 
+    return py_spy.recording(process_names(srv), a.out / "profiles", stem, a.py_spy)
+
+
+def process_names(srv: Server) -> dict[str, int]:
+    """``<process name>-<pid> -> pid`` of every process of the server still there (the
+    names its py-spy profiles are filed under)."""
     procs = {}
     for p in server_processes(srv):
         with contextlib.suppress(Exception):
             procs[f"{p.name().replace('/', '_').replace(' ', '_')}-{p.pid}"] = p.pid
-    return py_spy.recording(procs, a.out / "profiles", stem, a.py_spy)
+    return procs
 
 
 def run_matrix(a: argparse.Namespace, servers: dict[str, Server]) -> None:

@@ -258,10 +258,6 @@ class Ledger:
         return self._sum("proposes_without_forward")
 
     @property
-    def in_propose(self) -> bool:
-        return self._thread().propose is not None
-
-    @property
     def fused_steps(self) -> int | None:
         st = self._thread().propose
         return st.fused_steps if st is not None else None
