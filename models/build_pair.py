@@ -127,6 +127,14 @@ class BuildConfig:
     # Files cut at their top-level definitions, each piece its own document ending in
     # <|eos|> (see definition_units): the target learns to stop after a finished one.
     unit_share: float = 0.0
+    # Every unit piece encoded line by line (else each takes the split_lines_share draw).
+    # Why: encoded whole, an indented line ends in a lone newline only where a piece ends
+    # ("\n" + indentation is one token inside a body), so the target learnt "lone newline
+    # after an indented line -> <|eos|>" and stopped on any prompt ending inside a body
+    # (h200-code-units: 3 of 16 completions at temperature 0 empty, each after a line of
+    # the body). Line by line, a lone newline is followed by the next line or by <|eos|>,
+    # and only what the code says tells them apart.
+    units_line_split: bool = False
     # No training window starts inside a chat answer (see window_starts): every answer
     # token the loss asks for, the closing fence included, has its chat header in view.
     # False = windows start anywhere, as the h200-code pair (bundled before) was trained.
@@ -223,6 +231,11 @@ PRESETS["h200-code-wide"] = replace(
 PRESETS["h200-code-units"] = replace(
     PRESETS["h200-code-answers-with-header"], unit_share=0.5, threads=16,
     target_budget_s=240.0, head_budget_s=240.0)
+# h200-code-units with every unit piece encoded line by line (units_line_split): it met
+# both parse targets, but stopped at once after a prompt ending inside a body (3 of its 9
+# parses at temperature 0 were empty completions). Everything else is h200-code-units'.
+PRESETS["h200-code-units-lines"] = replace(PRESETS["h200-code-units"],
+                                           units_line_split=True)
 
 
 # ----------------------------------------------------------------------------- corpus
@@ -475,10 +488,16 @@ def encode_sources(tok: Tokenizer, texts: list[str], cfg: BuildConfig) -> list[l
         # Parsing is the slow part (as in chat_examples); map() keeps the file order.
         with concurrent.futures.ProcessPoolExecutor(max(1, cfg.threads)) as pool:
             pieces = iter(pool.map(definition_units, chosen, chunksize=16))
-        texts = [u for t, cut in zip(texts, units, strict=True)
-                 for u in (next(pieces) if cut else [t])]
+        expanded = [(u, cut) for t, cut in zip(texts, units, strict=True)
+                    for u in (next(pieces) if cut else [t])]
+        texts = [u for u, _ in expanded]
+        is_unit = [cut for _, cut in expanded]
+    else:
+        is_unit = [False] * len(texts)
     split = (torch.rand(len(texts), generator=torch.Generator().manual_seed(cfg.seed + 5))
              < cfg.split_lines_share).tolist()
+    if cfg.units_line_split:
+        split = [sp or unit for sp, unit in zip(split, is_unit, strict=True)]
     whole = iter(tok.encode_batch([t for t, sp in zip(texts, split, strict=True) if not sp]))
     lines = [t.splitlines(keepends=True) for t, sp in zip(texts, split, strict=True) if sp]
     flat = iter(tok.encode_batch([ln for doc in lines for ln in doc]))

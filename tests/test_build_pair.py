@@ -165,6 +165,19 @@ def test_definition_units_end_each_top_level_definition_with_eos():
     assert build_pair.encode_sources(tok, texts, whole) == [
         [*e.ids, eos] for e in tok.encode_batch(texts)]
 
+    # units_line_split: every piece line by line, so no piece ends in a lone newline that
+    # only a piece's end shows after an indented line; whole files keep their own draw.
+    lines = dataclasses.replace(cfg, units_line_split=True)
+    split_docs = build_pair.encode_sources(tok, texts, lines)
+    by_line = {p: [i for ln in p.splitlines(keepends=True) for i in tok.encode(ln).ids]
+               for p in pieces}
+    assert [d for d in split_docs if tok.decode(d[:-1]) != src] == [
+        [*by_line[tok.decode(d[:-1])], eos] for d in docs if tok.decode(d[:-1]) != src]
+    assert [d for d in split_docs if tok.decode(d[:-1]) == src] == [
+        d for d in docs if tok.decode(d[:-1]) == src]
+    assert build_pair.PRESETS["h200-code-units-lines"] == dataclasses.replace(
+        build_pair.PRESETS["h200-code-units"], units_line_split=True)
+
 
 def test_1b_preset_code_path_has_grouped_kv_heads_and_fits_its_schedule_to_the_budget(
         tmp_path, monkeypatch):
