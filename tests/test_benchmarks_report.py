@@ -79,6 +79,15 @@ def test_probe_bookkeeping_share_is_cost_per_step_over_the_step_without_probes()
                 for r in rs.runs("specgw-probes-off", 16))[2]
     assert rows == [f"| 16 | {1000 * tpot * al:.0f} | {100 * 40 / (1000 * tpot * al):.2f}% |"]
 
+    # With the whole path timed and a served baseline, the scope model of a step is shown
+    # for the served ledger only: today's runner V2 path opens no scope on a FULL replay.
+    from benchmarks.benchmarks_report import ledger_model
+
+    served = {**cost, "baseline": "abc", "step_cost_us": {"v2_full_k3": {}}, "median_us": {
+        "current": cost["median_us"]["a"], "at abc": cost["median_us"]["a"]}}
+    assert list(ledger_model(served)[0]) == ["at abc"] and ledger_model(served)[1]
+    assert list(ledger_model({**served, "step_cost_us": {}})[0]) == ["current", "at abc"]
+
 
 def test_probe_toggle_pairs_windows_within_groups_and_drops_cells_the_client_broke():
     """The in-server probe cost: each group's 'on' against the same group's 'off', and a
