@@ -160,6 +160,12 @@ class SpecEngine:
     def tokenizer(self) -> Any:
         return self._require_engine().get_tokenizer()
 
+    @property
+    def vocab_size(self) -> int:
+        from engine_ext.request_params import model_vocab_size
+
+        return model_vocab_size(self._require_engine())
+
     def build_sampling_params(self, kwargs: dict[str, Any]) -> Any:
         """Plain keyword arguments -> vLLM ``SamplingParams`` (see
         ``request_params.build_sampling_params``). Raises ValueError/TypeError on bad

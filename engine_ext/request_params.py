@@ -90,6 +90,10 @@ def default_sampling_params(llm) -> dict[str, Any]:
     return {k: v for k, v in diff.items() if k in DEFAULTABLE}
 
 
+def model_vocab_size(llm) -> int:
+    return int(getattr(llm.model_config, table_for().vocab_size_method[2])())
+
+
 def spec_decode_counts(completion_output) -> dict[str, int] | None:
     attr = table_for().spec_metrics_output_attr
     m = getattr(completion_output, attr, None) if attr else None

@@ -96,6 +96,12 @@ class SpecEngine(Protocol):
     @property
     def tokenizer(self) -> Tokenizer: ...
 
+    @property
+    def vocab_size(self) -> int:
+        """The model's vocabulary: rows of its embedding and width of its logits, which
+        may differ from ``len(tokenizer)`` either way."""
+        ...
+
     def build_sampling_params(self, kwargs: dict[str, Any]) -> Any:
         """Raises ``ValueError``/``TypeError`` for parameters the engine refuses; the
         ValueError may carry the offending parameter as ``.param``."""

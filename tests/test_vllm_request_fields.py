@@ -200,8 +200,11 @@ def test_reasoning_effort_none_turns_thinking_off_as_vllm_renders_it():
 # A Llama-style model dir beside the bundled one: its tokenizer writes BOS on a plain
 # encode (the bundled one has a BOS token but never adds it, so add_special_tokens is a
 # no-op there), and its template, like Llama 3.1's, reads a date_string variable and,
-# like many, refuses a system message that is not first.
+# like many, refuses a system message that is not first. Its tokenizer also holds
+# EXTRA_TOKENS added tokens past the model's 4096-row embedding, so len(tokenizer) is not
+# the model's vocabulary (as where a tokenizer's added specials outgrow a trimmed model).
 BOS_MODEL = "tiny-bos"
+EXTRA_TOKENS = 4
 _TEMPLATE_CHECKS = (
     "{%- for message in messages %}{%- if message['role'] == 'system' and not loop.first %}"
     "{{ raise_exception('the system message must come first') }}{%- endif %}{%- endfor %}"
@@ -221,6 +224,8 @@ def bos_model_dir(dst: Path) -> Path:
     bos = "<|bos|>"
     tok.post_processor = TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A {bos} $B",
                                             special_tokens=[(bos, tok.token_to_id(bos))])
+    assert tok.add_special_tokens([f"<|extra{i}|>" for i in range(EXTRA_TOKENS)]) \
+        == EXTRA_TOKENS
     tok.save(str(dst / "tokenizer.json"))
     cfg = json.loads((src / "tokenizer_config.json").read_text())
     head = "{{ bos_token }}"
@@ -263,6 +268,34 @@ def test_add_special_tokens_is_honoured_with_vllms_defaults(bos_client):
     plain = bos_prompt_tokens(bos_client, True)
     assert bos_prompt_tokens(bos_client, True, add_special_tokens=False) == plain
     assert bos_prompt_tokens(bos_client, True, add_special_tokens=True) == plain + 1
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+def test_token_ids_are_bounded_by_the_models_vocabulary_not_only_the_tokenizers(
+        bos_server, bos_client, path):
+    vocab = 4096  # the embedding's rows; the tokenizer holds EXTRA_TOKENS more
+    tok_len = vocab + EXTRA_TOKENS
+    # Stop ids index the logits (the model's width): vLLM's own bound, answered before a
+    # stream opens.
+    body = {"model": BOS_MODEL, "max_tokens": 4, "stream": True, "min_tokens": 2,
+            "stop_token_ids": [vocab]}
+    body |= ({"prompt": PROMPT} if path == "/v1/completions"
+             else {"messages": [{"role": "user", "content": PROMPT}]})
+    r = httpx.post(f"{bos_server.url}{path}", json=body, timeout=120)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "stop_token_ids", r.text
+    assert f"[0, {vocab})" in r.json()["error"]["message"], r.text
+    if path == "/v1/completions":
+        # A prompt id the tokenizer holds but the embedding does not: a 400, not a
+        # lookup past the embedding's last row.
+        for ids in ([5, vocab], [tok_len - 1]):
+            with pytest.raises(openai.BadRequestError) as info:
+                bos_client.completions.create(model=BOS_MODEL, prompt=ids, max_tokens=1)
+            assert info.value.body["param"] == "prompt", info.value.body
+    # The last id both hold is served, and the engine serves on.
+    r = bos_client.completions.create(model=BOS_MODEL, prompt=[5, vocab - 1], max_tokens=2,
+                                      extra_body={"stop_token_ids": [vocab - 1]})
+    assert r.usage.prompt_tokens == 2 and r.choices[0].finish_reason
 
 
 def test_a_template_error_names_the_field_that_caused_it(bos_client):

@@ -122,6 +122,10 @@ class InternalsTable:
         "vllm.entrypoints.openai.chat_completion.protocol", "ChatCompletionRequest")
     sampling_defaults_method: tuple[str, str, str] = (
         "vllm.config.model", "ModelConfig", "get_diff_sampling_param")
+    # The model's vocabulary (the logits' width, the embedding's rows), which need not be
+    # the tokenizer's: the gateway bounds token ids a client sends by it.
+    vocab_size_method: tuple[str, str, str] = ("vllm.config.model", "ModelConfig",
+                                               "get_vocab_size")
     # vLLM's "the client's fault" exception family; None where validation errors are
     # plain ValueErrors (0.26).
     client_error_class: tuple[str, str] | None = ("vllm.exceptions", "VLLMClientError")
@@ -141,7 +145,7 @@ class InternalsTable:
     def openai_touch_points(self) -> list[tuple[str, str, str]]:
         """``(module, class, name)`` of every name engine_ext.request_params reads."""
         pts = [(*self.tool_parser_manager, "get_tool_parser"), (*self.chat_request_class, ""),
-               self.sampling_defaults_method]
+               self.sampling_defaults_method, self.vocab_size_method]
         if self.client_error_class:
             pts.append((*self.client_error_class, ""))
         if self.spec_metrics_output_attr:

@@ -38,7 +38,8 @@ class Formatter(Protocol):
 
 
 def check_token_ids(ids: Any, vocab: int, param: str) -> None:
-    """Token ids a client sent, against the tokenizer's vocabulary: a 400 naming ``param``."""
+    """Token ids a client sent, against a vocabulary of ``vocab`` ids: a 400 naming
+    ``param``."""
     if any(t < 0 or t >= vocab for t in ids):
         raise invalid(f"{param}: token ids must be in [0, {vocab})", param=param)
 
@@ -58,10 +59,11 @@ class OpenAIServing(ABC):
 
     def sampling(self, req: Any, prompt_len: int, prompt_param: str,
                  structured: dict | None = None) -> Any:
-        # vLLM 0.32 refuses these too, but only in the engine's input processor (against
-        # the model's vocabulary); here it is a 400 before any stream opens, on every
+        # vLLM 0.32 refuses these too, at the engine's input (SamplingParams.verify), with
+        # the same bound: the model's vocabulary, the logits' width they index, which
+        # need not be len(tokenizer). Here it is a 400 before any stream opens, on every
         # vLLM version the table covers.
-        check_token_ids(req.stop_token_ids or (), len(self.engine.tokenizer), "stop_token_ids")
+        check_token_ids(req.stop_token_ids or (), self.engine.vocab_size, "stop_token_ids")
         kwargs = sampling_kwargs(req, prompt_len, self.engine.max_model_len, req.stream,
                                  prompt_param, self.engine.sampling_defaults(), structured)
         try:

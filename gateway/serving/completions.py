@@ -41,7 +41,10 @@ class CompletionServing(OpenAIServing):
             raw = req.prompts()
         except ValueError as exc:
             raise invalid(str(exc), param="prompt") from exc
-        vocab = len(tok)
+        # Both bounds: an id past the model's vocabulary indexes past its embedding (vLLM
+        # lets through any id that either one holds), one past the tokenizer's has no
+        # text to echo or detokenize.
+        vocab = min(len(tok), self.engine.vocab_size)
         encoded = [encode_prompt(tok, p, vocab, req.add_special_tokens) for p in raw]
         prompts = [ids for ids, _ in encoded]
         params = self.sampling(req, max(len(p) for p in prompts), "prompt",
