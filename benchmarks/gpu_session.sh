@@ -10,7 +10,9 @@
 #   gpu_session.sh stash          (carry .gpu/s1), again with .gpu/s2, ...: the carried
 #                                 part -> /root/stash. With PAIR_PRESET=h200-150m the first
 #                                 call also starts building that model pair
-#                                 (models/build_pair.py, torch only) in the background
+#                                 (models/build_pair.py, torch only) in the background,
+#                                 into $PAIR (PAIR=/root/pair-PRESET: `build PRESET`
+#                                 then waits for it and hands it back)
 #   gpu_session.sh install        (carry .gpu/c) the last part: check the parts against the
 #                                 archive's sha256 (a missing stash call is named, not
 #                                 unpacked), unpack into /tmp/site, install
@@ -60,8 +62,9 @@ stash)
   mkdir -p "$STASH" && cp .gpu/*/part.* "$STASH"/ && ls -la "$STASH"
   if [ -n "${PAIR_PRESET:-}" ] && [ ! -f "$PAIR/build_info.json" ] \
       && ! pgrep -f build_pair.py >/dev/null; then
-    start_build "$PAIR_PRESET" "$PAIR" /root/build_pair.log
-    sleep 25; tail -c 800 /root/build_pair.log | tr '\r' '\n' | tail -4
+    # The log `build PRESET` reads and hands back: one build, one log, whichever started it.
+    start_build "$PAIR_PRESET" "$PAIR" "/root/build-$PAIR_PRESET.log"
+    sleep 25; tail -c 800 "/root/build-$PAIR_PRESET.log" | tr '\r' '\n' | tail -4
   fi
   nvidia-smi --query-gpu=name,memory.used,utilization.gpu --format=csv
   ;;
@@ -100,10 +103,6 @@ install)
     fi
     cat "$STASH"/part.* | xz -d -T16 | tar x -C "$SITE" && touch "$SITE/.unpacked"
   fi
-  if compgen -G ".gpu/c/extra/*.whl" >/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" \
-      .gpu/c/extra/*.whl 2>&1 | grep -v WARN | tail -3
-  fi
   # Metadata only (entry points resolve by module name); the code itself is imported from
   # the working tree, first on PYTHONPATH.
   for pkg in . tests/seed_bug_plugin; do
@@ -111,6 +110,16 @@ install)
     python3 -m pip install -q --no-index --no-deps --no-build-isolation --target "$SITE" \
       --upgrade "$pkg" 2>&1 | grep -v WARN | tail -3
   done
+  # After the packages: `pip install --target --upgrade` replaces a top-level folder
+  # whole, and the packages' bin/ (specgw's script) replaced the extras' (py-spy, which
+  # benchmarks/py_spy.py looks for in $SITE/bin): the 2026-12-07 device run lost it so.
+  if compgen -G ".gpu/c/extra/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" \
+      .gpu/c/extra/*.whl 2>&1 | grep -v WARN | tail -3
+    if compgen -G ".gpu/c/extra/py_spy-*.whl" >/dev/null && [ ! -x "$SITE/bin/py-spy" ]; then
+      echo "install: py-spy is not in $SITE/bin"; exit 4
+    fi
+  fi
   export PYTHONPATH=$PWD:$SITE
   python3 -c "import vllm, torch, aiohttp, fastapi, uvicorn, engine_ext.plugin, gateway.app
 import model_hosting_container_standards, vllm.entrypoints.openai.api_server
@@ -120,8 +129,8 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, torch.cuda.get_devic
       [e.value for e in entry_points(group='vllm.general_plugins')])" || exit 4
   # `if`, not `[ ] && tail`: with no pair build the test would be the exit status and
   # break `install && job ...`.
-  if [ -f /root/build_pair.log ]; then
-    tail -c 800 /root/build_pair.log | tr '\r' '\n' | tail -4
+  if compgen -G "/root/build-*.log" >/dev/null; then
+    tail -c 800 /root/build-*.log | tr '\r' '\n' | tail -4
   fi
   ;;
 job)
@@ -132,7 +141,7 @@ job)
   mkdir -p "$OUT" "$DEVICE_OUT"
   if [[ " $* " == *" $PAIR "* ]]; then  # a job on the built pair waits for its build
     while [ ! -f "$PAIR/build_info.json" ]; do
-      pgrep -f build_pair.py >/dev/null || { echo "PAIR BUILD FAILED"; tail -c 3000 /root/build_pair.log; exit 5; }
+      pgrep -f build_pair.py >/dev/null || { echo "PAIR BUILD FAILED"; tail -c 3000 /root/build-*.log; exit 5; }
       sleep 5
     done
     cp "$PAIR/build_info.json" "$OUT/pair_build_info.json"

@@ -210,7 +210,9 @@ def test_first_byte_split_between_backend_and_gateway(router, upload_s):
     ttfb, added = (f"{n}_sum" for n in names)
     assert all(d[f"{n}_count"] == 1 for n in names)
     assert d[ttfb] >= SLOW_FIRST_S
-    assert upload_s <= d[added] < upload_s + SLOW_FIRST_S / 2
+    # The arrival stamp is taken once the server has read the headers, which may be a few
+    # ms after the client began its upload_s pause (seen: 0.248 s for 0.25).
+    assert upload_s - 0.02 <= d[added] < upload_s + SLOW_FIRST_S / 2
     assert d["ttft_sum"] == pytest.approx(d[ttfb] + d[added], abs=1e-3)
 
 
