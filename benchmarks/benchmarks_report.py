@@ -358,16 +358,26 @@ def toggle_rows(toggle: dict) -> list[list[object]]:
     return rows
 
 
+TARGET_CONCURRENCY = (1, 16, 64, 128)  # issue #14: "concurrency 1, 16, 64, 128"
+
+
 def alternate_rows(alt: dict) -> list[list[object]]:
-    """Target 2 step by step inside one engine (``probe_alternate.py``), per poll interval."""
+    """Target 2 step by step inside one engine (``probe_alternate.py``), per poll interval.
+    A concurrency of the target the run did not ask for is no verdict either."""
     cells = probe_alternate_data.verdicts(alt)
     biased = [c.concurrency for c in cells if not c.control_ok]
     missing = probe_alternate_data.missing_text(alt)
+    asked = probe_alternate_data.requested(alt)
+    unasked = [c for c in TARGET_CONCURRENCY if c not in asked]
+    if unasked:
+        missing = "; ".join(x for x in (missing, "c=" + ", ".join(map(str, unasked)) + (
+            ": not measured with the probes as they are now (the earlier path's cells are "
+            "in section 2, no verdict)")) if x)
     rows = []
     for p in probe_alternate_data.POLL_INTERVALS_S:
         got = {c.concurrency: c.verdict(p) for c in cells}
         met = [c for c, (v, _) in got.items() if v == "yes"]
-        of = f"({len(met)} of {len(probe_alternate_data.requested(alt))} concurrencies met)"
+        of = f"({len(met)} of {len(set(asked) | set(TARGET_CONCURRENCY))} concurrencies met)"
         met_text = ("yes" if len(met) == len(got) and not biased and not missing
                     else f"**no** {of}" if any(v == "no" for v, _ in got.values())
                     else f"not resolved {of}")
@@ -1278,7 +1288,9 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
              earlier: list[RunSet], cost: dict | None = None,
              toggle: dict | None = None, router: RunSet | None = None,
              router_also: Sequence[RunSet] = (), alt: dict | None = None,
-             split: Sequence[RunSet] = (), alt_src: Sequence[Path] = ()) -> list[str]:
+             split: Sequence[RunSet] = (), alt_src: Sequence[Path] = (),
+             alt_earlier: dict | None = None, alt_earlier_src: Sequence[Path] = ()
+             ) -> list[str]:
     st = pair_stats(serve)
     router = router or serve
     rst = pair_stats(router)
@@ -1294,7 +1306,8 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
            "".join(f" --earlier {rs.src}" for rs in earlier) +
            "".join(f" --router-also {rs.src}" for rs in router_also) +
            "".join(f" --split {rs.src}" for rs in split) +
-           "".join(f" --probe-alternate {p}" for p in alt_src))
+           "".join(f" --probe-alternate {p}" for p in alt_src) +
+           "".join(f" --probe-alternate-earlier {p}" for p in alt_earlier_src))
     # The target-1 set's card, then the alternation's where it differs: a set from
     # another card (the alternation may come from an H100) must not read as the H200's.
     alt_card = alt["meta"].get("device_name", alt["meta"]["device"]) if alt else None
@@ -1370,6 +1383,11 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
                  "", *probe_alternate_data.report_body(alt), "",
                  "The windowed switch below came first; its windows' own noise is why "
                  "target 2 is read step by step.", ""] if alt else []),
+              *(["### Step by step, the probes' earlier counting (no verdict)", "",
+                 "The same protocol, measured before the probes' counting changed; it "
+                 "stands beside the lead run, not merged with it (another probe path):",
+                 "", *probe_alternate_data.report_body(alt_earlier), ""]
+                if alt_earlier else []),
               *probe_section(serve, earlier, toggle, cost),
               "## 3. Router", "", *router_section(router, rst), "", router_ceiling(router), "",
               *(ln for rs in router_also for ln in
@@ -1426,6 +1444,9 @@ def main() -> None:
                     help="probe_alternate.json of a run, repeatable: each concurrency "
                          "from the last run that has it (default: docs/gpu/probe_alternate"
                          "/probe_alternate.json)")
+    ap.add_argument("--probe-alternate-earlier", type=Path, action="append", default=[],
+                    help="probe_alternate.json of runs of an earlier probe path, repeatable "
+                         "and merged as --probe-alternate: shown, never the verdict")
     ap.add_argument("--out", type=Path, default=Path("docs/benchmarks.md"))
     a = ap.parse_args()
     spec = [RunSet.load(s) for s in a.spec or [SC / "run3_1b_a", SC / "run3_1b_b"]]
@@ -1443,7 +1464,10 @@ def main() -> None:
                      [RunSet.load(s) for s in a.router_also],
                      probe_alternate_data.merge([json.loads(p.read_text()) for p in alt])
                      if alt else None,
-                     [RunSet.load(s) for s in a.split], a.probe_alternate)
+                     [RunSet.load(s) for s in a.split], a.probe_alternate,
+                     probe_alternate_data.merge([json.loads(p.read_text())
+                                                 for p in a.probe_alternate_earlier])
+                     if a.probe_alternate_earlier else None, a.probe_alternate_earlier)
     write(a.out, lines)
     print("\n".join(lines))
 

@@ -182,7 +182,10 @@ def run(a: argparse.Namespace) -> dict:
         a.pair or BUNDLED, "eagle3", 3, 128, 2048)
     a.model_name = SERVED
     meta = run_meta("probe_alternate", a.argv)
-    meta.update(concurrency=a.concurrency, steps=a.steps, blocks=a.blocks, poll_s=a.poll_s,
+    from engine_ext.probes.ledger import COUNTING
+
+    meta.update(probe_counting=COUNTING, concurrency=a.concurrency, steps=a.steps,
+                blocks=a.blocks, poll_s=a.poll_s,
                 warmup_s=a.warmup_s, prompt_words=a.prompt_words, output_len=a.output_len,
                 load_client="aiohttp", groups=a.groups, py_spy=a.py_spy, py_spy_s=a.py_spy_s)
     data = {"meta": meta, "cells": []}

@@ -246,6 +246,23 @@ SAME_PROTOCOL = ("device_name", "vllm", "torch", "steps", "poll_s", "warmup_s",
                  "prompt_words", "output_len", "load_client")
 
 
+def counting(data: dict) -> str:
+    """The ledger's counting design the run measured (engine_ext.probes.ledger.COUNTING).
+    Runs before the meta had it: each cell's ledger snapshot came in with whole-graph
+    counting (4a00e34 and af788f2, 2026-12-07), so a run whose cells all carry one measured
+    it, any other the scoped design."""
+    if "probe_counting" in data.get("meta", {}):
+        return data["meta"]["probe_counting"]
+    cells = data.get("cells", [])
+    return "whole-graph" if cells and all("ledger" in c for c in cells) else "scoped"
+
+
+COUNTING_TEXT = {"whole-graph": "whole-graph counting (runner V2's FULL replays counted "
+                                "with no forward scope; the probes as they are now)",
+                 "scoped": "scoped counting (a forward scope around each of runner V2's "
+                           "FULL graph runs; the probes before 4a00e34)"}
+
+
 def merge(runs: list[dict]) -> dict:
     """Several runs as one: each concurrency's cell from the last run that has it. A cell
     is measured inside one engine (its pairs are neighbouring steps), so cells of runs on
@@ -261,6 +278,9 @@ def merge(runs: list[dict]) -> dict:
         if any(r["meta"].get(key) != runs[0]["meta"].get(key) for r in runs[1:]):
             raise ValueError(f"probe_alternate runs with different {key}: "
                              f"{[r['meta'].get(key) for r in runs]}")
+    if len({counting(r) for r in runs}) > 1:
+        raise ValueError("probe_alternate runs of different probe counting: "
+                         f"{[counting(r) for r in runs]}")
     cells: dict[int, dict] = {}
     asked: list[int] = []
     for r in runs:
@@ -298,7 +318,8 @@ def report_body(data: dict) -> list[str]:
     command = m["command"] if "runs" in m else f"`{m['command']}`"
     lines = [
         f"{command}, {m['date']}, {m.get('device_name', m['device'])}, vLLM "
-        f"{m['vllm']}, torch {m['torch']}. "
+        f"{m['vllm']}, torch {m['torch']}; the probes with "
+        f"{COUNTING_TEXT[counting(data)]}. "
         f"One `specgw serve`{' per run' if 'runs' in m else ''} "
         f"(serve_compare's engine configuration); per concurrency {m['blocks']} "
         f"alternations of {m['steps']} engine steps, `ab` and `aa`"

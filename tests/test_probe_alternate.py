@@ -230,7 +230,7 @@ def test_verdict_branches():
 
 
 def test_the_issue_page_reads_target_2_from_the_alternation():
-    from benchmarks.benchmarks_report import alternate_rows
+    from benchmarks.benchmarks_report import TARGET_CONCURRENCY, alternate_rows
 
     rng = random.Random(3)
     off = [2e6 * rng.uniform(0.8, 1.2) for _ in range(2000)]
@@ -239,18 +239,25 @@ def test_the_issue_page_reads_target_2_from_the_alternation():
         rec = {**_record([x * cost for x in off], off), "mode": mode}
         return {"mode": mode, "ranks": [{"record": rec}]}
 
-    def data(cost: float) -> dict:
-        return {"cells": [{"concurrency": 1, "blocks": [block("ab", cost), block("aa", 1.0)]}]}
+    def data(cost: float, cs: tuple[int, ...] = (1,)) -> dict:
+        return {"cells": [{"concurrency": c, "blocks": [block("ab", cost), block("aa", 1.0)]}
+                          for c in cs]}
 
-    cheap, dear = alternate_rows(data(1.001)), alternate_rows(data(1.05))
+    every = TARGET_CONCURRENCY
+    cheap, dear = alternate_rows(data(1.001, every)), alternate_rows(data(1.05, every))
     assert [r[3] for r in cheap] == ["yes", "yes"]
     assert all(r[3].startswith("**no**") and "c=1: above 1%" in r[4] for r in dear)
+    # Cheap where measured, but the target's other concurrencies never run: no pass.
+    alone = alternate_rows(data(1.001))
+    assert all(r[3] == "not resolved (1 of 4 concurrencies met)" and
+               "c=16, 64, 128: not measured with the probes as they are now" in r[4]
+               for r in alone), alone
     # A run cut short: a concurrency it asked for and never finished is no pass.
     cut = {**data(1.001), "meta": {"command": "python -m benchmarks.probe_alternate "
                                               "--concurrency 1,16 --steps 2000"}}
     rows = alternate_rows(cut)
-    assert all(r[3] == "not resolved (1 of 2 concurrencies met)" for r in rows), rows
-    assert all("c=16: not measured" in r[4] for r in rows)
+    assert all(r[3] == "not resolved (1 of 4 concurrencies met)" for r in rows), rows
+    assert all("c=16: not measured (asked for" in r[4] for r in rows)
     # The missing concurrency measured by a second run on another engine start: the
     # merged runs answer for both, each cell from the run that measured it.
     second = {"meta": {"command": "python -m benchmarks.probe_alternate --concurrency 16",
@@ -264,13 +271,21 @@ def test_the_issue_page_reads_target_2_from_the_alternation():
     assert [r["cells"] for r in merged["meta"]["runs"]] == [[1], [16]]
     rows = alternate_rows(merged)
     assert all(r[3].startswith("**no**") and "c=16: above 1%" in r[4]
-               and "not measured" not in r[4] for r in rows), rows
+               and "c=16: not measured" not in r[4] for r in rows), rows
     with pytest.raises(ValueError):
         pad.merge([first, {**second, "config": {"k": 4}}])
     # One configuration, but another card or another step count: not one measurement.
     for key, value in (("device_name", "NVIDIA H200"), ("steps", 4000)):
         with pytest.raises(ValueError, match=key):
             pad.merge([first, {**second, "meta": {**second["meta"], key: value}}])
+    # Nor are runs of two probe countings (named in the meta, or read from the cells: a
+    # ledger per cell came in with whole-graph counting).
+    assert pad.counting(first) == "scoped"
+    ledgered = {**second, "cells": [{**c, "ledger": {}} for c in second["cells"]]}
+    assert pad.counting(ledgered) == "whole-graph"
+    assert pad.counting({**first, "meta": {**first["meta"], "probe_counting": "x"}}) == "x"
+    with pytest.raises(ValueError, match="counting"):
+        pad.merge([first, ledgered])
     # The command's --concurrency=1,16 form is read as the spaced one.
     eq = {**data(1.001), "meta": {"command": "python -m benchmarks.probe_alternate "
                                              "--concurrency=1,16"}}

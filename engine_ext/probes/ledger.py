@@ -26,6 +26,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+# How this ledger counts runner V2's FULL graphs, recorded by the probe-cost benchmarks:
+# their runs measure the cost of one counting design, and runs of two designs are not one
+# measurement. "whole-graph": a replay of a graph whose capture began outside any scope is
+# two list bumps (since 4a00e34); "scoped", before it: a forward scope around
+# CudaGraphManager.run_fullgraph.
+COUNTING = "whole-graph"
 ROLE_TARGET = "target"
 ROLE_DRAFT = "draft"
 PHASE_TARGET = "forward"
