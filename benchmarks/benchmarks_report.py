@@ -370,9 +370,14 @@ def alternate_rows(alt: dict) -> list[list[object]]:
     asked = probe_alternate_data.requested(alt)
     unasked = [c for c in TARGET_CONCURRENCY if c not in asked]
     if unasked:
-        missing = "; ".join(x for x in (missing, "c=" + ", ".join(map(str, unasked)) + (
-            ": not measured with the probes as they are now (the earlier path's cells are "
-            "in section 2, no verdict)")) if x)
+        missing = "; ".join(x for x in (missing, "c=" + ", ".join(map(str, unasked))
+                                        + ": not measured in this run") if x)
+    # A run of another counting than the probes' own measured other code: no verdict.
+    from engine_ext.probes.ledger import COUNTING
+
+    if (measured := probe_alternate_data.counting(alt)) != COUNTING:
+        missing = "; ".join(x for x in (missing, f"the run measured {measured} counting, "
+                                        f"the probes now do {COUNTING} counting") if x)
     rows = []
     for p in probe_alternate_data.POLL_INTERVALS_S:
         got = {c.concurrency: c.verdict(p) for c in cells}
@@ -1456,7 +1461,7 @@ def main() -> None:
         SC / "run1"]]
     cost = json.loads(a.probe_cost.read_text()) if a.probe_cost.exists() else None
     # Paths given must exist (a typo must not drop a run); the default may be absent.
-    default_alt = Path("docs/gpu/probe_alternate/probe_alternate.json")
+    default_alt = Path("docs/gpu/probe_alternate/run3_whole_graph/probe_alternate.json")
     alt = a.probe_alternate or ([default_alt] if default_alt.exists() else [])
     toggle = json.loads(a.probe_toggle.read_text()) if a.probe_toggle.exists() else None
     lines = document(RunSet.load(a.serve), spec, info, a.out, earlier, cost, toggle,

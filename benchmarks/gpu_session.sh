@@ -11,8 +11,8 @@
 #                                 part -> /root/stash. With PAIR_PRESET=h200-150m the first
 #                                 call also starts building that model pair
 #                                 (models/build_pair.py, torch only) in the background,
-#                                 into $PAIR (PAIR=/root/pair-PRESET: `build PRESET`
-#                                 then waits for it and hands it back)
+#                                 into $PAIR (default /root/pair-PRESET, where `build
+#                                 PRESET` waits for it and hands it back)
 #   gpu_session.sh install        (carry .gpu/c) the last part: check the parts against the
 #                                 archive's sha256 (a missing stash call is named, not
 #                                 unpacked), unpack into /tmp/site, install
@@ -43,7 +43,8 @@
 #           `job benchmarks/serve_compare.py --concurrency 1,16,64,128 --reps 5`.
 set -uo pipefail
 STASH=/root/stash SITE=/tmp/site
-PAIR=${PAIR:-/root/pair-150m}
+# A build started by stash goes where `build PRESET` looks for it.
+PAIR=${PAIR:-/root/pair-${PAIR_PRESET:-150m}}
 
 start_build() {  # PRESET OUT_DIR LOG: models/build_pair.py in the background
   # A private copy: the working tree is replaced by the next call's.

@@ -319,7 +319,7 @@ def report_body(data: dict) -> list[str]:
     lines = [
         f"{command}, {m['date']}, {m.get('device_name', m['device'])}, vLLM "
         f"{m['vllm']}, torch {m['torch']}; the probes with "
-        f"{COUNTING_TEXT[counting(data)]}. "
+        f"{COUNTING_TEXT.get(counting(data), counting(data) + ' counting')}. "
         f"One `specgw serve`{' per run' if 'runs' in m else ''} "
         f"(serve_compare's engine configuration); per concurrency {m['blocks']} "
         f"alternations of {m['steps']} engine steps, `ab` and `aa`"

@@ -128,7 +128,7 @@ class BuildConfig:
     # <|eos|> (see definition_units): the target learns to stop after a finished one.
     unit_share: float = 0.0
     # Every unit piece encoded line by line (else each takes the split_lines_share draw).
-    # Why: encoded whole, an indented line ends in a lone newline only where a piece ends
+    # Why: encoded whole, an indented line ends in a lone newline mostly where a piece ends
     # ("\n" + indentation is one token inside a body), so the target learnt "lone newline
     # after an indented line -> <|eos|>" and stopped on any prompt ending inside a body
     # (h200-code-units: 3 of 16 completions at temperature 0 empty, each after a line of

@@ -240,8 +240,9 @@ def test_the_issue_page_reads_target_2_from_the_alternation():
         return {"mode": mode, "ranks": [{"record": rec}]}
 
     def data(cost: float, cs: tuple[int, ...] = (1,)) -> dict:
-        return {"cells": [{"concurrency": c, "blocks": [block("ab", cost), block("aa", 1.0)]}
-                          for c in cs]}
+        # A ledger per cell: a run of the probes' current (whole-graph) counting.
+        return {"cells": [{"concurrency": c, "blocks": [block("ab", cost), block("aa", 1.0)],
+                           "ledger": {}} for c in cs]}
 
     every = TARGET_CONCURRENCY
     cheap, dear = alternate_rows(data(1.001, every)), alternate_rows(data(1.05, every))
@@ -250,8 +251,12 @@ def test_the_issue_page_reads_target_2_from_the_alternation():
     # Cheap where measured, but the target's other concurrencies never run: no pass.
     alone = alternate_rows(data(1.001))
     assert all(r[3] == "not resolved (1 of 4 concurrencies met)" and
-               "c=16, 64, 128: not measured with the probes as they are now" in r[4]
-               for r in alone), alone
+               "c=16, 64, 128: not measured in this run" in r[4] for r in alone), alone
+    # A run of the earlier counting measured other code: no verdict from it.
+    old = {"cells": [{k: v for k, v in c.items() if k != "ledger"}
+                     for c in data(1.001, every)["cells"]]}
+    assert all(r[3].startswith("not resolved") and "scoped counting" in r[4]
+               for r in alternate_rows(old))
     # A run cut short: a concurrency it asked for and never finished is no pass.
     cut = {**data(1.001), "meta": {"command": "python -m benchmarks.probe_alternate "
                                               "--concurrency 1,16 --steps 2000"}}
@@ -280,12 +285,14 @@ def test_the_issue_page_reads_target_2_from_the_alternation():
             pad.merge([first, {**second, "meta": {**second["meta"], key: value}}])
     # Nor are runs of two probe countings (named in the meta, or read from the cells: a
     # ledger per cell came in with whole-graph counting).
-    assert pad.counting(first) == "scoped"
-    ledgered = {**second, "cells": [{**c, "ledger": {}} for c in second["cells"]]}
-    assert pad.counting(ledgered) == "whole-graph"
-    assert pad.counting({**first, "meta": {**first["meta"], "probe_counting": "x"}}) == "x"
+    assert pad.counting(first) == "whole-graph"
+    scoped = {**second, "cells": [{k: v for k, v in c.items() if k != "ledger"}
+                                  for c in second["cells"]]}
+    assert pad.counting(scoped) == "scoped"
+    named = {**first, "meta": {**first["meta"], "probe_counting": "x"}}
+    assert pad.counting(named) == "x"
     with pytest.raises(ValueError, match="counting"):
-        pad.merge([first, ledgered])
+        pad.merge([first, scoped])
     # The command's --concurrency=1,16 form is read as the spaced one.
     eq = {**data(1.001), "meta": {"command": "python -m benchmarks.probe_alternate "
                                              "--concurrency=1,16"}}

@@ -292,6 +292,17 @@ def test_token_ids_are_bounded_by_the_models_vocabulary_not_only_the_tokenizers(
             with pytest.raises(openai.BadRequestError) as info:
                 bos_client.completions.create(model=BOS_MODEL, prompt=ids, max_tokens=1)
             assert info.value.body["param"] == "prompt", info.value.body
+        # The same added token named in text: the tokenizer matches it inside any text.
+        with pytest.raises(openai.BadRequestError) as info:
+            bos_client.completions.create(model=BOS_MODEL, prompt="x <|extra0|>",
+                                          max_tokens=1)
+        assert info.value.body["param"] == "prompt", info.value.body
+    else:
+        with pytest.raises(openai.BadRequestError) as info:
+            bos_client.chat.completions.create(
+                model=BOS_MODEL, max_tokens=1,
+                messages=[{"role": "user", "content": "x <|extra0|>"}])
+        assert info.value.body["param"] == "messages", info.value.body
     # The last id both hold is served, and the engine serves on.
     r = bos_client.completions.create(model=BOS_MODEL, prompt=[5, vocab - 1], max_tokens=2,
                                       extra_body={"stop_token_ids": [vocab - 1]})

@@ -11,7 +11,7 @@ from gateway.local_backend import Prepared
 from gateway.openai_format import ChatFormatter
 from gateway.protocol import ChatCompletionRequest
 from gateway.sampling import reject_unsupported
-from gateway.serving.base import OpenAIServing
+from gateway.serving.base import OpenAIServing, check_token_ids
 from gateway.structured_output import structured_outputs
 from gateway.tool_calls import plan_tools, template_messages
 
@@ -75,6 +75,9 @@ class ChatServing(OpenAIServing):
             raise invalid(f"could not apply the chat template: {exc}",
                           param=template_fault(req, render)) from exc
         ids = tok.encode(text, add_special_tokens=req.add_special_tokens)
+        # Text can name an added token past the model's embedding (a tokenizer matches
+        # added tokens inside any text); vLLM lets it through to the lookup.
+        check_token_ids(ids, self.engine.vocab_size, "messages")
         params = self.sampling(req, len(ids), "messages", structured)
         return Prepared(f"chatcmpl-{uuid.uuid4().hex}", [ids], params, req.n, len(ids), [text],
                         plan)

@@ -20,6 +20,8 @@ def encode_prompt(tok: Tokenizer, prompt: str | list[int], vocab: int,
     given, as vLLM does."""
     if isinstance(prompt, str):
         ids, text = tok.encode(prompt, add_special_tokens=add_special_tokens), prompt
+        # An added token named in the text may lie past the model's embedding.
+        check_token_ids(ids, vocab, "prompt")
     else:
         if not prompt:
             raise invalid("prompt: token list must not be empty", param="prompt")
