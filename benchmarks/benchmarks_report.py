@@ -364,20 +364,20 @@ TARGET_CONCURRENCY = (1, 16, 64, 128)  # issue #14: "concurrency 1, 16, 64, 128"
 def alternate_rows(alt: dict) -> list[list[object]]:
     """Target 2 step by step inside one engine (``probe_alternate.py``), per poll interval.
     A concurrency of the target the run did not ask for is no verdict either."""
-    cells = probe_alternate_data.verdicts(alt)
-    biased = [c.concurrency for c in cells if not c.control_ok]
-    missing = probe_alternate_data.missing_text(alt)
-    asked = probe_alternate_data.requested(alt)
-    unasked = [c for c in TARGET_CONCURRENCY if c not in asked]
-    if unasked:
-        missing = "; ".join(x for x in (missing, "c=" + ", ".join(map(str, unasked))
-                                        + ": not measured in this run") if x)
-    # A run of another counting than the probes' own measured other code: no verdict.
     from engine_ext.probes.ledger import COUNTING
 
-    if (measured := probe_alternate_data.counting(alt)) != COUNTING:
-        missing = "; ".join(x for x in (missing, f"the run measured {measured} counting, "
-                                        f"the probes now do {COUNTING} counting") if x)
+    cells = probe_alternate_data.verdicts(alt)
+    biased = [c.concurrency for c in cells if not c.control_ok]
+    asked = probe_alternate_data.requested(alt)
+    unasked = [c for c in TARGET_CONCURRENCY if c not in asked]
+    measured = probe_alternate_data.counting(alt)
+    # Each one a reason for no pass: cells asked for and not finished, the target's
+    # concurrencies never asked for, a run of another counting than the probes' own.
+    missing = "; ".join(x for x in (
+        probe_alternate_data.missing_text(alt),
+        unasked and "c=" + ", ".join(map(str, unasked)) + ": not measured in this run",
+        measured != COUNTING and f"the run measured {measured} counting, the probes now "
+                                 f"do {COUNTING} counting") if x)
     rows = []
     for p in probe_alternate_data.POLL_INTERVALS_S:
         got = {c.concurrency: c.verdict(p) for c in cells}
@@ -977,13 +977,17 @@ def spread_reading(over: dict[int, Spread], unit: str = "repetitions") -> list[s
     return out
 
 
+def served_key(cost: dict) -> str | None:
+    """``probe_cost.json``'s key for the ledger the run sets served (``--baseline``)."""
+    return f"at {cost['baseline']}" if cost.get("baseline") else None
+
+
 def ledger_model(cost: dict) -> tuple[dict, str]:
     """The ledgers whose work "one forward scope and a propose of two" models, and a note
     on what it leaves out. Runner V2 now counts a whole-graph replay with no forward scope,
     so once the whole path is timed (``step_cost_us``) the model holds only for the ledger
     the run set served (``baseline``); today's cost per step is the whole path."""
-    med = cost["median_us"]
-    served = f"at {cost['baseline']}" if cost.get("baseline") else None
+    med, served = cost["median_us"], served_key(cost)
     if served not in med or not cost.get("step_cost_us"):
         return med, ""
     return {served: med[served]}, (
@@ -997,7 +1001,7 @@ def probe_cost_lines(rs: RunSet, cost: dict) -> list[str]:
     step of the server without probes: one target forward and one propose of two forward
     scopes per step (runner V2, k=3: a first pass and one fused replay of k-1 steps)."""
     med, now = ledger_model(cost)
-    served = f"at {cost['baseline']}" if cost.get("baseline") else None
+    served = served_key(cost)
     per_step = {i: m["forward_scope"] + m["propose_2_forwards"] for i, m in med.items()}
     lines = [f"The probes' ledger work alone, a lower bound of what they add (the wrappers' "
              f"own calls are not in it) (`benchmarks/probe_cost.py`, "
@@ -1389,7 +1393,7 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
                  "The windowed switch below came first; its windows' own noise is why "
                  "target 2 is read step by step.", ""] if alt else []),
               *(["### Step by step, the probes' earlier counting (no verdict)", "",
-                 "The same protocol, measured before the probes' counting changed; it "
+                 "The same method, measured before the probes' counting changed; it "
                  "stands beside the lead run, not merged with it (another probe path):",
                  "", *probe_alternate_data.report_body(alt_earlier), ""]
                 if alt_earlier else []),
@@ -1448,7 +1452,7 @@ def main() -> None:
     ap.add_argument("--probe-alternate", type=Path, action="append", default=[],
                     help="probe_alternate.json of a run, repeatable: each concurrency "
                          "from the last run that has it (default: docs/gpu/probe_alternate"
-                         "/probe_alternate.json)")
+                         "/run3_whole_graph/probe_alternate.json)")
     ap.add_argument("--probe-alternate-earlier", type=Path, action="append", default=[],
                     help="probe_alternate.json of runs of an earlier probe path, repeatable "
                          "and merged as --probe-alternate: shown, never the verdict")

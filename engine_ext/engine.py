@@ -130,6 +130,7 @@ class SpecEngine:
         self.start_error: str | None = None
         self._probes = None  # engine_ext.collector.ProbePoller once the engine is up
         self._sampling_defaults: dict[str, Any] | None = None
+        self._vocab_size: int | None = None
         from monitoring import metrics as m
 
         m.ENGINE_READY.labels(self.model_name).set(0)
@@ -162,9 +163,13 @@ class SpecEngine:
 
     @property
     def vocab_size(self) -> int:
-        from engine_ext.request_params import model_vocab_size
+        # Read once: the model's vocabulary is fixed for the engine's life, and every
+        # request asks for it.
+        if self._vocab_size is None:
+            from engine_ext.request_params import model_vocab_size
 
-        return model_vocab_size(self._require_engine())
+            self._vocab_size = model_vocab_size(self._require_engine())
+        return self._vocab_size
 
     def build_sampling_params(self, kwargs: dict[str, Any]) -> Any:
         """Plain keyword arguments -> vLLM ``SamplingParams`` (see

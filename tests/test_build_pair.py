@@ -166,7 +166,8 @@ def test_definition_units_end_each_top_level_definition_with_eos():
         [*e.ids, eos] for e in tok.encode_batch(texts)]
 
     # units_line_split: every piece line by line, so no piece ends in a lone newline that
-    # only a piece's end shows after an indented line; whole files keep their own draw.
+    # mostly a piece's end shows after an indented line; a file left whole encodes as
+    # without it (here whole, split_lines_share being 0).
     lines = dataclasses.replace(cfg, units_line_split=True)
     split_docs = build_pair.encode_sources(tok, texts, lines)
     by_line = {p: [i for ln in p.splitlines(keepends=True) for i in tok.encode(ln).ids]

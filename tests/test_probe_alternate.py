@@ -239,6 +239,9 @@ def test_the_issue_page_reads_target_2_from_the_alternation():
         rec = {**_record([x * cost for x in off], off), "mode": mode}
         return {"mode": mode, "ranks": [{"record": rec}]}
 
+    def unledgered(cells: list[dict]) -> list[dict]:  # as a run of the scoped counting
+        return [{k: v for k, v in c.items() if k != "ledger"} for c in cells]
+
     def data(cost: float, cs: tuple[int, ...] = (1,)) -> dict:
         # A ledger per cell: a run of the probes' current (whole-graph) counting.
         return {"cells": [{"concurrency": c, "blocks": [block("ab", cost), block("aa", 1.0)],
@@ -253,8 +256,7 @@ def test_the_issue_page_reads_target_2_from_the_alternation():
     assert all(r[3] == "not resolved (1 of 4 concurrencies met)" and
                "c=16, 64, 128: not measured in this run" in r[4] for r in alone), alone
     # A run of the earlier counting measured other code: no verdict from it.
-    old = {"cells": [{k: v for k, v in c.items() if k != "ledger"}
-                     for c in data(1.001, every)["cells"]]}
+    old = {"cells": unledgered(data(1.001, every)["cells"])}
     assert all(r[3].startswith("not resolved") and "scoped counting" in r[4]
                for r in alternate_rows(old))
     # A run cut short: a concurrency it asked for and never finished is no pass.
@@ -286,8 +288,7 @@ def test_the_issue_page_reads_target_2_from_the_alternation():
     # Nor are runs of two probe countings (named in the meta, or read from the cells: a
     # ledger per cell came in with whole-graph counting).
     assert pad.counting(first) == "whole-graph"
-    scoped = {**second, "cells": [{k: v for k, v in c.items() if k != "ledger"}
-                                  for c in second["cells"]]}
+    scoped = {**second, "cells": unledgered(second["cells"])}
     assert pad.counting(scoped) == "scoped"
     named = {**first, "meta": {**first["meta"], "probe_counting": "x"}}
     assert pad.counting(named) == "x"
