@@ -361,6 +361,16 @@ def toggle_rows(toggle: dict) -> list[list[object]]:
 TARGET_CONCURRENCY = (1, 16, 64, 128)  # issue #14: "concurrency 1, 16, 64, 128"
 
 
+def earlier_paths(paths: Sequence[Path]) -> list[dict]:
+    """--probe-alternate-earlier runs, merged per probe counting (one earlier path each),
+    the newest path first."""
+    groups: dict[str, list[dict]] = {}
+    for p in paths:
+        run = json.loads(p.read_text())
+        groups.setdefault(probe_alternate_data.counting(run), []).append(run)
+    return [probe_alternate_data.merge(runs) for runs in groups.values()]
+
+
 def alternate_rows(alt: dict) -> list[list[object]]:
     """Target 2 step by step inside one engine (``probe_alternate.py``), per poll interval.
     A concurrency of the target the run did not ask for is no verdict either."""
@@ -1298,7 +1308,7 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
              toggle: dict | None = None, router: RunSet | None = None,
              router_also: Sequence[RunSet] = (), alt: dict | None = None,
              split: Sequence[RunSet] = (), alt_src: Sequence[Path] = (),
-             alt_earlier: dict | None = None, alt_earlier_src: Sequence[Path] = ()
+             alt_earlier: Sequence[dict] = (), alt_earlier_src: Sequence[Path] = ()
              ) -> list[str]:
     st = pair_stats(serve)
     router = router or serve
@@ -1392,11 +1402,11 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
                  "", *probe_alternate_data.report_body(alt), "",
                  "The windowed switch below came first; its windows' own noise is why "
                  "target 2 is read step by step.", ""] if alt else []),
-              *(["### Step by step, the probes' earlier counting (no verdict)", "",
-                 "The same method, measured before the probes' counting changed; it "
-                 "stands beside the lead run, not merged with it (another probe path):",
-                 "", *probe_alternate_data.report_body(alt_earlier), ""]
-                if alt_earlier else []),
+              *(ln for old in alt_earlier for ln in [
+                  "### Step by step, an earlier probe path (no verdict)", "",
+                  "The same method, measured before the probes changed; it stands beside "
+                  "the lead run, not merged with it (another probe path):", "",
+                  *probe_alternate_data.report_body(old), ""]),
               *probe_section(serve, earlier, toggle, cost),
               "## 3. Router", "", *router_section(router, rst), "", router_ceiling(router), "",
               *(ln for rs in router_also for ln in
@@ -1454,8 +1464,8 @@ def main() -> None:
                          "from the last run that has it (default: docs/gpu/probe_alternate"
                          "/run3_whole_graph/probe_alternate.json)")
     ap.add_argument("--probe-alternate-earlier", type=Path, action="append", default=[],
-                    help="probe_alternate.json of runs of an earlier probe path, repeatable "
-                         "and merged as --probe-alternate: shown, never the verdict")
+                    help="probe_alternate.json of runs of an earlier probe path, repeatable: "
+                         "merged per probe counting, each shown, never the verdict")
     ap.add_argument("--out", type=Path, default=Path("docs/benchmarks.md"))
     a = ap.parse_args()
     spec = [RunSet.load(s) for s in a.spec or [SC / "run3_1b_a", SC / "run3_1b_b"]]
@@ -1474,9 +1484,7 @@ def main() -> None:
                      probe_alternate_data.merge([json.loads(p.read_text()) for p in alt])
                      if alt else None,
                      [RunSet.load(s) for s in a.split], a.probe_alternate,
-                     probe_alternate_data.merge([json.loads(p.read_text())
-                                                 for p in a.probe_alternate_earlier])
-                     if a.probe_alternate_earlier else None, a.probe_alternate_earlier)
+                     earlier_paths(a.probe_alternate_earlier), a.probe_alternate_earlier)
     write(a.out, lines)
     print("\n".join(lines))
 

@@ -257,8 +257,12 @@ def counting(data: dict) -> str:
     return "whole-graph" if cells and all("ledger" in c for c in cells) else "scoped"
 
 
-COUNTING_TEXT = {"whole-graph": "whole-graph counting (runner V2's FULL replays counted "
-                                "with no forward scope; the probes as they are now)",
+COUNTING_TEXT = {"whole-graph-inline": "whole-graph counting, inline (runner V2's FULL "
+                                       "replays counted in the replay wrapper's own frame, "
+                                       "no object per propose; the probes as they are now)",
+                 "whole-graph": "whole-graph counting (runner V2's FULL replays counted "
+                                "with no forward scope, through three calls per replay; "
+                                "the probes from 4a00e34 to 82c7572)",
                  "scoped": "scoped counting (a forward scope around each of runner V2's "
                            "FULL graph runs; the probes before 4a00e34)"}
 
@@ -359,6 +363,40 @@ def report_body(data: dict) -> list[str]:
     return lines + where_lines(data)
 
 
+def frame_environments(cell: dict) -> list[dict]:
+    """Each block's ``alternate.frame_environment`` reading (rank 0; runs before it had
+    none)."""
+    return [env for b in cell["blocks"]
+            if (env := b["ranks"][0]["record"].get("frame_environment"))]
+
+
+def frame_lines(data: dict) -> list[str]:
+    """What a Python call costs on the model's thread inside the engine, and which frame
+    hooks run there: the scale the probes' few frames per step are paid at."""
+    rows = []
+    for c in data["cells"]:
+        envs = frame_environments(c)
+        if not envs:
+            continue
+        hooks = sorted({f"trace {e['trace']}, profile {e['profile']}, sys.monitoring "
+                        f"{e.get('monitoring_tools') or 'none'}, dynamo callback "
+                        f"{e['eval_frame_callback']}" for e in envs})
+        rows.append([c["concurrency"], len(envs), *(
+            num(statistics.median(e[k] for e in envs), "{:.0f}")
+            for k in ("first_call_through_wrapper_ns", "call_ns", "call_through_wrapper_ns")),
+            "; ".join(hooks)])
+    if not rows:
+        return []
+    return ["", "A Python call on the model's thread, timed in the first step of each "
+            "block (`alternate.frame_environment`; that step is left out of the pairs): "
+            "one call of a no-op through a `*args, **kwargs` wrapper first, as the step "
+            f"finds it, then {envs[0]['calls']} calls of the no-op and as many through the "
+            "wrapper, per call; median over the blocks, and the hooks every frame there "
+            "runs:", "",
+            *md_table(["concurrency", "blocks", "first call through the wrapper ns",
+                       "call ns", "call through the wrapper ns", "frame hooks"], rows)]
+
+
 def where_lines(data: dict) -> list[str]:
     """Where the cost comes from: each kind of wrapper priced alone, and the py-spy
     windows (present only in runs that asked for them)."""
@@ -372,6 +410,7 @@ def where_lines(data: dict) -> list[str]:
                   "bootstrap 95% interval, as above:", "",
                   *md_table(["concurrency", "kind", "overhead % (sum)", "pairs counted"],
                             rows)]
+    lines += frame_lines(data)
     for c in data["cells"]:
         for snap in c.get("ledger") or []:
             fw = {(r[0], r[1], r[2], r[3]): r[4] for r in snap["forwards"]}

@@ -455,12 +455,18 @@ def definition_units(text: str) -> list[str]:
     # numbers do not count.
     lines = text.split("\n")
     lines = [ln + "\n" for ln in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
-    defs = [n for n in tree.body
+    body = tree.body
+    defs = [i for i, n in enumerate(body)
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
     cuts = []
-    for node in defs[1:]:
+    for i in defs[1:]:
+        node = body[i]
         start = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
-        while start > 0 and lines[start - 1].lstrip().startswith("#"):
+        # Only the module-level comment lines between the statement before and this one:
+        # an indented comment ending the function above, or a line of a string that
+        # starts with "#", stays where it is.
+        floor = body[i - 1].end_lineno or 0
+        while start > floor and lines[start - 1].startswith("#"):
             start -= 1
         cuts.append(start)
     bounds = [0, *sorted(set(c for c in cuts if c > 0)), len(lines)]

@@ -34,6 +34,37 @@ class _Graph:
     """Stands for a torch.cuda.CUDAGraph: what the replay and capture probes hand over."""
 
 
+def test_nested_proposes_and_coverings_reuse_their_objects_and_restore_the_outer():
+    """A propose and a covering run every engine step: the thread reuses one object per
+    nesting depth (no allocation per step), and leaving the inner one puts the outer's
+    counting back."""
+    lg = Ledger()
+    whole = _Graph()
+    with lg.suppressed("draft"), lg.whole_captures():
+        lg.on_capture(whole)
+    assert lg.propose() is lg.propose()
+    states = []
+    for _ in range(2):
+        with lg.propose():
+            outer = lg._thread().propose
+            states.append(outer)
+            lg.on_replay(whole)  # the outer's first pass
+            with lg.covering(3):
+                assert lg.fused_steps == 3
+                with lg.propose():  # a propose inside a propose: its own state
+                    inner = lg._thread().propose
+                    assert inner is not outer and lg.fused_steps is None
+                    lg.on_replay(whole)  # the inner's first pass
+                assert lg._thread().propose is outer and lg.fused_steps == 3
+                lg.on_replay(whole)  # a fused step: 3 forwards
+            assert lg.fused_steps is None
+        assert lg._thread().propose is None
+    assert states[0] is states[1]
+    assert counts(lg) == {("draft", "first_pass", "full", "graph"): 4,
+                          ("draft", "draft_step", "full", "graph"): 6}
+    assert lg.proposes == 4 and lg.proposes_without_forward == 0
+
+
 def test_a_graph_captured_outside_any_scope_counts_each_replay_as_a_full_forward():
     lg = Ledger()
     whole, draft, piece, own, stray = _Graph(), _Graph(), _Graph(), _Graph(), _Graph()

@@ -76,6 +76,12 @@ def _check_alternation(url: str, client, model: str) -> None:
             on = [s if mode == "ab" else 1 for s in state]
             counted = sum(o for o, b in zip(on, busy, strict=True) if b)
             assert rec["proposes_counted"] == counted, rec
+            # What a Python call costs on the model's thread, timed in the first step,
+            # which the pairs then leave out.
+            env = rec["frame_environment"]
+            assert env["calls"] > 0 and 0 < env["call_ns"] < 1e5
+            assert env["call_through_wrapper_ns"] > 0 and "eval_frame_callback" in env
+            assert list(pad.rpc_steps(rec, "frame_environment")) == [0]
     probes = httpx.get(url + "/v1/engine/probes", timeout=60).json()
     assert probes[0]["enabled"] is True  # put back as they were
 
@@ -231,6 +237,7 @@ def test_verdict_branches():
 
 def test_the_issue_page_reads_target_2_from_the_alternation():
     from benchmarks.benchmarks_report import TARGET_CONCURRENCY, alternate_rows
+    from engine_ext.probes.ledger import COUNTING
 
     rng = random.Random(3)
     off = [2e6 * rng.uniform(0.8, 1.2) for _ in range(2000)]
@@ -242,9 +249,12 @@ def test_the_issue_page_reads_target_2_from_the_alternation():
     def unledgered(cells: list[dict]) -> list[dict]:  # as a run of the scoped counting
         return [{k: v for k, v in c.items() if k != "ledger"} for c in cells]
 
-    def data(cost: float, cs: tuple[int, ...] = (1,)) -> dict:
-        # A ledger per cell: a run of the probes' current (whole-graph) counting.
-        return {"cells": [{"concurrency": c, "blocks": [block("ab", cost), block("aa", 1.0)],
+    def data(cost: float, cs: tuple[int, ...] = (1,), meta: bool = True) -> dict:
+        # A run of the probes' current counting (named in its meta); without the meta,
+        # a ledger per cell reads as the earlier whole-graph counting.
+        return {**({"meta": {"probe_counting": COUNTING, "concurrency": list(cs)}}
+                   if meta else {}),
+                "cells": [{"concurrency": c, "blocks": [block("ab", cost), block("aa", 1.0)],
                            "ledger": {}} for c in cs]}
 
     every = TARGET_CONCURRENCY
@@ -255,10 +265,12 @@ def test_the_issue_page_reads_target_2_from_the_alternation():
     alone = alternate_rows(data(1.001))
     assert all(r[3] == "not resolved (1 of 4 concurrencies met)" and
                "c=16, 64, 128: not measured in this run" in r[4] for r in alone), alone
-    # A run of the earlier counting measured other code: no verdict from it.
+    # A run of an earlier counting measured other code: no verdict from it.
     old = {"cells": unledgered(data(1.001, every)["cells"])}
     assert all(r[3].startswith("not resolved") and "scoped counting" in r[4]
                for r in alternate_rows(old))
+    assert all(r[3].startswith("not resolved") and "measured whole-graph counting" in r[4]
+               for r in alternate_rows(data(1.001, every, meta=False)))
     # A run cut short: a concurrency it asked for and never finished is no pass.
     cut = {**data(1.001), "meta": {"command": "python -m benchmarks.probe_alternate "
                                               "--concurrency 1,16 --steps 2000"}}
@@ -320,3 +332,48 @@ def test_each_kind_alone_is_read_apart_from_the_whole():
     assert kinds["propose"][1] == (2000, 2000)
     text = "\n".join(pad.where_lines({"cells": [cell]}))
     assert "| 1 | propose | +4.00" in text and "| 1 | replay | +0.00" in text
+
+
+def test_the_frame_environment_is_reported_per_concurrency():
+    """Each block's first-step timing of a Python call (``alternate.frame_environment``),
+    median over the blocks, with the frame hooks named; a run without it has no table."""
+    off = [2e6] * 10
+
+    def block(call_ns: float, first_ns: float) -> dict:
+        env = {"calls": 2000, "call_ns": call_ns, "call_through_wrapper_ns": 3 * call_ns,
+               "first_call_through_wrapper_ns": first_ns, "trace": "None",
+               "profile": "None", "eval_frame_callback": "None"}
+        return {"mode": "ab", "ranks": [{"record": {**_record(off, off),
+                                                    "frame_environment": env}}]}
+
+    cell = {"concurrency": 4, "blocks": [block(30, 900), block(40, 1100), block(50, 5000)]}
+    text = "\n".join(pad.frame_lines({"cells": [cell]}))
+    assert "| 4 | 3 | 1100 | 40 | 120 | trace None, profile None, sys.monitoring none, " \
+           "dynamo callback None |" in text, text
+    bare = {"concurrency": 4, "blocks": [{"mode": "ab", "ranks": [{"record": _record(off, off)}]}]}
+    assert pad.frame_lines({"cells": [bare]}) == []
+
+
+def test_two_probe_paths_differ_only_where_every_run_lies_apart():
+    from benchmarks import probe_alternate_compare as pac
+
+    rng = random.Random(9)
+    off = [2e6 * rng.uniform(0.9, 1.1) for _ in range(2000)]
+
+    def run(path: str, cost: float) -> dict:
+        # Each step its own +-3% of noise: one run's interval is about +-0.1%.
+        blocks = [{"mode": m, "ranks": [{"record": {**_record(
+            [x * c * rng.uniform(0.97, 1.03) for x in off], off), "mode": m}}]}
+                  for m, c in (("ab", cost), ("aa", 1.0))]
+        return {"meta": {"probe_counting": path, "device_name": "cpu", "vllm": "x",
+                         "date": "d"}, "cells": [{"concurrency": 1, "blocks": blocks}]}
+
+    apart = pac.readings([("1", run("old", 1.03)), ("2", run("new", 1.005)),
+                          ("3", run("new", 1.004)), ("4", run("old", 1.031))])
+    assert pac.difference(apart[1]).startswith("new cheaper")
+    close = pac.readings([("1", run("old", 1.010)), ("2", run("new", 1.009))])
+    assert pac.difference(close[1]).startswith("no difference resolved")
+    one = pac.readings([("1", run("old", 1.01))])
+    assert pac.difference(one[1]).startswith("no comparison")
+    assert "| 1 | new | 2 |" in "\n".join(pac.report([("1", run("old", 1.03)),
+                                                      ("2", run("new", 1.005))]))

@@ -103,14 +103,39 @@ def _forward_context_probe(role: str, ledger: Ledger):
     def make(orig):
         label = dispatch_label_reader(orig)
 
-        @contextlib.contextmanager
         def probed(*args, **kwargs):
-            with ledger.forward(role, label(args, kwargs)), orig(*args, **kwargs) as ctx:
-                yield ctx
+            return _ProbedContext(ledger.forward(role, label(args, kwargs)),
+                                  orig(*args, **kwargs))
 
         return probed
 
     return make
+
+
+class _ProbedContext:
+    """``with ledger.forward(...), set_forward_context(...) as ctx``, as one object: runner
+    V1 enters one per forward, k+1 per engine step, and a ``contextlib.contextmanager``
+    wrapper would add a generator and its manager to each (the ledger's scope is reused,
+    vLLM's own manager is what the caller gets without the probes)."""
+
+    __slots__ = ("inner", "scope")
+
+    def __init__(self, scope: Any, inner: Any):
+        self.scope, self.inner = scope, inner
+
+    def __enter__(self) -> Any:
+        self.scope.__enter__()
+        try:
+            return self.inner.__enter__()
+        except BaseException:
+            self.scope.__exit__(None, None, None)
+            raise
+
+    def __exit__(self, *exc: Any) -> Any:
+        try:
+            return self.inner.__exit__(*exc)
+        finally:
+            self.scope.__exit__(None, None, None)
 
 
 def _suppress_probe(ledger: Ledger, role: str | None = None):
@@ -128,7 +153,7 @@ def _propose_probe(ledger: Ledger):
     def make(orig):
         def probed(*args, **kwargs):
             # MRV2 warms up through propose(dummy_run=True / is_profile=True).
-            if kwargs.get("dummy_run") or kwargs.get("is_profile"):
+            if kwargs and (kwargs.get("dummy_run") or kwargs.get("is_profile")):
                 with ledger.suppressed(), ledger.propose():
                     return orig(*args, **kwargs)
             with ledger.propose():
@@ -218,13 +243,6 @@ def _graph_probes(ledger: Ledger) -> None:
         ledger.install_errors["torch.cuda.CUDAGraph"] = str(exc)
         return
 
-    def replay_make(orig):
-        def replay(self, *args, **kwargs):
-            ledger.on_replay(self)
-            return orig(self, *args, **kwargs)
-
-        return replay
-
     def capture_make(orig):
         def capture_begin(self, *args, **kwargs):
             ledger.on_capture(self)
@@ -232,7 +250,7 @@ def _graph_probes(ledger: Ledger) -> None:
 
         return capture_begin
 
-    _wrap_attr(graph_cls, "replay", replay_make, "torch.cuda.CUDAGraph.replay", ledger,
+    _wrap_attr(graph_cls, "replay", ledger.replay_probe, "torch.cuda.CUDAGraph.replay", ledger,
                "replay")
     _wrap_attr(graph_cls, "capture_begin", capture_make, "torch.cuda.CUDAGraph.capture_begin",
                ledger)

@@ -40,6 +40,50 @@ from engine_ext.probes.ledger import LEDGER, Ledger
 
 MODES = ("ab", "aa")
 MAX_STEPS = 200_000
+FRAME_CALLS = 2000  # calls timed by frame_environment (~0.2 ms, in the first step only)
+
+
+def _noop() -> None:
+    return None
+
+
+def _passing(*args: Any, **kwargs: Any) -> Any:
+    return _noop(*args, **kwargs)
+
+
+def frame_environment(calls: int = FRAME_CALLS) -> dict[str, Any]:
+    """What one Python call costs on the thread that runs the model, inside the engine,
+    and what hooks run on every frame there. Why: the probes' work is a few Python frames
+    per engine step, a few microseconds where a loop times it alone (probe_cost.py), yet
+    the steps measure tens of microseconds; a frame hook (a tracer, a profiler, a
+    ``sys.monitoring`` tool, torch dynamo's frame evaluation callback) taxes every frame,
+    which a bare loop elsewhere never sees."""
+    import sys
+
+    env: dict[str, Any] = {"python": sys.version.split()[0], "trace": repr(sys.gettrace()),
+                           "profile": repr(sys.getprofile())}
+    monitoring = getattr(sys, "monitoring", None)
+    if monitoring is not None:
+        env["monitoring_tools"] = {i: monitoring.get_tool(i) for i in range(6)
+                                   if monitoring.get_tool(i) is not None}
+    try:
+        from torch._C._dynamo.eval_frame import get_eval_frame_callback
+
+        env["eval_frame_callback"] = repr(get_eval_frame_callback())
+    except Exception as exc:  # torch without dynamo, or the name moved
+        env["eval_frame_callback"] = f"not read: {type(exc).__name__}: {exc}"
+    # The first call after the engine's own work of the step before: how far a probe's
+    # frame is from the caches (the loops below then time warm calls).
+    t0 = time.perf_counter_ns()
+    _passing()
+    env["first_call_through_wrapper_ns"] = time.perf_counter_ns() - t0
+    for name, fn in (("call_ns", _noop), ("call_through_wrapper_ns", _passing)):
+        t0 = time.perf_counter_ns()
+        for _ in range(calls):
+            fn()
+        env[name] = (time.perf_counter_ns() - t0) / calls
+    env["calls"] = calls
+    return env
 
 
 class Alternation:
@@ -69,6 +113,7 @@ class Alternation:
         self.reqs: list[int] = []
         self.rpc_spans: list[tuple[str, int, int]] = []  # (kind, start ns, end ns)
         self.done = False
+        self.frame_env: dict[str, Any] | None = None  # frame_environment(), first step
         self._lock = threading.Lock()  # the RPC thread reads while the model thread runs
         self._original = getattr(worker, step_method)
         self._was_enabled = ledger.enabled
@@ -101,9 +146,13 @@ class Alternation:
         now = time.perf_counter_ns()
         i = len(self.t_ns)
         if i < self.steps:
-            if i == 0 and self.groups is not None:  # on the model's thread, as its steps
-                self._diverted = self.ledger.divert()
-                self._divert_thread = threading.get_ident()
+            if i == 0:  # on the model's thread, as its steps
+                if self.groups is not None:
+                    self._diverted = self.ledger.divert()
+                    self._divert_thread = threading.get_ident()
+                t0 = time.perf_counter_ns()
+                self.frame_env = frame_environment()
+                self.note_rpc("frame_environment", t0, time.perf_counter_ns())
             state = self.schedule[i] if self.mode == "ab" else 1
             set_enabled(bool(state), self.ledger, self.groups)
             per_req = getattr(scheduler_output, self.per_request_field, None) or {}
@@ -159,6 +208,7 @@ class Alternation:
             if not self.done:
                 return head
             return {**head, "proposes_counted": self.proposes_counted,
+                    "frame_environment": self.frame_env,
                     "state": self.schedule, "t_ns": list(self.t_ns),
                     "tokens": list(self.tokens), "reqs": list(self.reqs),
                     "rpc_spans": [list(s) for s in self.rpc_spans]}

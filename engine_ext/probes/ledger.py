@@ -7,7 +7,7 @@ into the innermost open scope, and every PIECEWISE ``CUDAGraphWrapper`` call (on
 a compiled split graph) reports whether it replayed. Runner V2's FULL graphs are replayed
 by their manager with no forward context around them: a graph whose capture began outside
 any scope is marked at capture, and each of its replays counts as one FULL forward that
-replayed (``_count_whole``), with no scope and no wrapper of its own. At the end of the scope
+replayed (``Ledger.replay_probe``), with no scope and no wrapper of its own. At the end of the scope
 :func:`classify` compares what replayed with what the dispatcher asked for: a PIECEWISE
 forward is ``graph`` only if every piece of the split graph replayed, ``partial`` if some
 did, ``eager`` if none did (the silent fallback of vLLM PR #25109); a forward whose
@@ -22,16 +22,19 @@ import contextlib
 import os
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 # How this ledger counts runner V2's FULL graphs, recorded by the probe-cost benchmarks:
-# their runs measure the cost of one counting design, and runs of two designs are not one
-# measurement. "whole-graph": a replay of a graph whose capture began outside any scope is
-# two list bumps (since 4a00e34); "scoped", before it: a forward scope around
-# CudaGraphManager.run_fullgraph.
-COUNTING = "whole-graph"
+# their runs measure the cost of one counting design and hot path, and runs of two are not
+# one measurement. "whole-graph-inline" (now): a replay of a graph whose capture began
+# outside any scope is counted inside the replay wrapper's own frame (Ledger.replay_probe),
+# and a propose reuses its thread's objects; "whole-graph" (4a00e34 to 82c7572): the same
+# counts through three calls per replay and two objects per propose; "scoped", before: a
+# forward scope around CudaGraphManager.run_fullgraph.
+COUNTING = "whole-graph-inline"
 ROLE_TARGET = "target"
 ROLE_DRAFT = "draft"
 PHASE_TARGET = "forward"
@@ -49,6 +52,10 @@ WHOLE_GRAPH = "_specgw_whole_graph"
 _WHOLE = ((ROLE_TARGET, PHASE_TARGET), (ROLE_DRAFT, PHASE_FIRST), (ROLE_DRAFT, PHASE_STEP))
 UNKNOWN = "unknown"  # dispatch label not determinable: never counted as a graph hit
 EXECUTED = ("graph", "partial", "eager", UNKNOWN)
+
+
+def _no_replay(graph: object = None) -> None:
+    return None
 
 
 def mode_name(mode: object) -> str:
@@ -120,6 +127,9 @@ def classify(dispatched: str, replays: int, pieces: int, pieces_replayed: int,
 
 
 class _ProposeState:
+    """One open drafter propose. A thread reuses these by nesting depth, as it does its
+    scopes: a propose allocates nothing (it runs every engine step)."""
+
     __slots__ = ("forwards", "fused_steps")
 
     def __init__(self) -> None:
@@ -134,11 +144,16 @@ class _Thread:
     step under the GIL)."""
 
     __slots__ = (
+        "covering_depth",
+        "coverings",
         "depth",
         "forwards",
         "pieces_expected",
         "pieces_replayed",
         "propose",
+        "propose_cm",
+        "propose_depth",
+        "propose_states",
         "proposes",
         "proposes_without_forward",
         "replays",
@@ -155,7 +170,12 @@ class _Thread:
         self.scopes: list[_Scope] = []  # by depth, reused
         self.depth = 0
         self.suppress = 0
-        self.propose: _ProposeState | None = None
+        self.propose: _ProposeState | None = None  # the innermost open propose
+        self.propose_states: list[_ProposeState] = []  # by propose depth, reused
+        self.propose_depth = 0
+        self.propose_cm = _Propose(self)
+        self.coverings: list[_Covering] = []  # by covering depth, reused
+        self.covering_depth = 0
         self.role_hint: str | None = None
         self.forwards: Counter = Counter()  # (role, phase, dispatched, executed)
         self.replays: Counter = Counter()  # (role, phase) raw replay calls
@@ -173,37 +193,52 @@ class _Thread:
 
 
 class _Propose:
-    """``Ledger.propose()``: one drafter propose call (class-based: no generator)."""
+    """``Ledger.propose()``: one drafter propose call. One per thread, entered once per
+    propose (class-based: no generator, and no object per call)."""
 
-    __slots__ = ("outer", "state", "thread")
+    __slots__ = ("thread",)
 
     def __init__(self, thread: _Thread):
         self.thread = thread
 
     def __enter__(self) -> None:
-        self.outer, self.state = self.thread.propose, _ProposeState()
-        self.thread.propose = self.state
+        t = self.thread
+        d = t.propose_depth
+        if d == len(t.propose_states):
+            t.propose_states.append(_ProposeState())
+        st = t.propose = t.propose_states[d]
+        st.forwards, st.fused_steps = 0, None
+        t.propose_depth = d + 1
 
     def __exit__(self, *exc: object) -> None:
         t = self.thread
-        t.propose = self.outer
+        forwards = t.propose.forwards  # type: ignore[union-attr]
+        d = t.propose_depth = t.propose_depth - 1
+        t.propose = t.propose_states[d - 1] if d else None
         if t.suppress == 0:
             t.proposes += 1
-            if self.state.forwards == 0:
+            if forwards == 0:
                 t.proposes_without_forward += 1
 
 
 class _Covering:
-    __slots__ = ("prev", "state", "steps")
+    """``Ledger.covering(steps)``; a thread reuses these by nesting depth, as its scopes
+    (entered at once, like ``Ledger.forward()``)."""
 
-    def __init__(self, state: _ProposeState | None, steps: int):
-        self.state, self.steps = state, steps
+    __slots__ = ("prev", "state", "steps", "thread")
+
+    def __init__(self, thread: _Thread):
+        self.thread = thread
+        self.state: _ProposeState | None = None
+        self.steps = 1
 
     def __enter__(self) -> None:
+        self.thread.covering_depth += 1
         if self.state is not None:
             self.prev, self.state.fused_steps = self.state.fused_steps, max(1, self.steps)
 
     def __exit__(self, *exc: object) -> None:
+        self.thread.covering_depth -= 1
         if self.state is not None:
             self.state.fused_steps = self.prev
 
@@ -226,6 +261,9 @@ class Ledger:
     _local: threading.local = field(default_factory=threading.local, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _threads: list[_Thread] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        self._count_replay = self.replay_probe(_no_replay)
 
     # ------------------------------------------------------------------ state
     def _thread(self) -> _Thread:
@@ -296,13 +334,22 @@ class Ledger:
             t.whole_capture -= 1
 
     def propose(self) -> _Propose:
-        """One drafter ``propose()`` call: its first forward is the first pass."""
-        return _Propose(self._thread())
+        """One drafter ``propose()`` call: its first forward is the first pass. Every
+        engine step enters one, so the thread's context manager is read in this frame."""
+        try:
+            return self._local.t.propose_cm
+        except AttributeError:
+            return self._thread().propose_cm
 
     def covering(self, steps: int) -> _Covering:
         """Inside, a FULL graph replay of the drafter stands for ``steps`` forwards (a
         fused multi-step decode graph replays k-1 drafter steps at once)."""
-        return _Covering(self._thread().propose, steps)
+        t = self._thread()
+        if t.covering_depth == len(t.coverings):
+            t.coverings.append(_Covering(t))
+        c = t.coverings[t.covering_depth]
+        c.state, c.steps = t.propose, steps
+        return c
 
     def forward(self, role: str, dispatched: object, phase: str | None = None,
                 weight: int = 1) -> _Scope:
@@ -343,37 +390,50 @@ class Ledger:
             scope.propose.forwards += w
 
     # ------------------------------------------------------- torch callbacks
-    def on_replay(self, graph: object = None) -> None:
-        t = self._thread()
-        if t.depth:
-            t.scopes[t.depth - 1].replays += 1  # added to the ledger when the scope closes
-        elif (role := getattr(graph, WHOLE_GRAPH, None)) is not None:
-            self._count_whole(t, role)
-        elif t.suppress == 0:
-            t.unattributed_replays += 1
+    def replay_probe(self, replay: Callable[..., Any]) -> Callable[..., Any]:
+        """``torch.cuda.CUDAGraph.replay`` wrapped: every graph replay reports here first.
+        This runs for every replay of every engine step (on runner V2, k+1 per step with
+        no other probe around them), so the counting is written out in this one frame:
+        no method call, no key built, no allocation, nothing shared with another thread.
 
-    @staticmethod
-    def _count_whole(t: _Thread, role: str) -> None:
-        """A whole-graph replay is one FULL forward that replayed: the drafter's under
-        ``propose`` (its first is the first pass; under ``covering`` it stands for that
-        many steps), the target's otherwise. What a FULL scope would count, with no scope:
-        this is the replay path of every runner V2 decode step, so it stays this short. A
-        graph captured for the other role than the one replaying it (a drafter whose
-        propose is not probed, say) is an escape, not a forward."""
-        if t.suppress:
-            return
-        st = t.propose
-        if (st is None) != (role == ROLE_TARGET):
-            t.unattributed_replays += 1
-            return
-        if st is None:
-            i, w = 0, 1
-        else:
-            i = 1 if st.forwards == 0 else 2
-            w = st.fused_steps or 1
-            st.forwards += w
-        t.whole_n[i] += 1
-        t.whole_w[i] += w
+        Inside a forward scope it counts into the scope (added to the ledger when the
+        scope closes). Outside one, a graph marked whole at capture is one FULL forward
+        that replayed: the drafter's under ``propose`` (its first is the first pass; under
+        ``covering`` it stands for that many steps), the target's otherwise. A whole graph
+        of the other role than the one replaying it (a drafter whose propose is not
+        probed, say), or any other graph outside a scope, is an escape."""
+        local, new_thread = self._local, self._thread
+
+        def probed(graph: object = None, *args: Any, **kwargs: Any) -> Any:
+            try:
+                t = local.t
+            except AttributeError:
+                t = new_thread()
+            if t.depth:
+                t.scopes[t.depth - 1].replays += 1
+            elif (role := getattr(graph, WHOLE_GRAPH, None)) is not None:
+                if not t.suppress:
+                    st = t.propose
+                    if (st is None) != (role == ROLE_TARGET):
+                        t.unattributed_replays += 1
+                    elif st is None:
+                        t.whole_n[0] += 1
+                        t.whole_w[0] += 1
+                    else:
+                        i = 1 if st.forwards == 0 else 2
+                        w = st.fused_steps or 1
+                        st.forwards += w
+                        t.whole_n[i] += 1
+                        t.whole_w[i] += w
+            elif t.suppress == 0:
+                t.unattributed_replays += 1
+            return replay(graph, *args, **kwargs)
+
+        return probed
+
+    def on_replay(self, graph: object = None) -> None:
+        """One graph replay, counted as the replay probe counts it (tests, benchmarks)."""
+        self._count_replay(graph)
 
     def piece(self, fn, *args, **kwargs):
         """Run one PIECEWISE wrapper call (a piece of a split graph) inside the open
