@@ -83,6 +83,13 @@ def kept_text(prompt: str, completion: str, finished: bool) -> tuple[str, list[s
     return prompt + "\n".join(kept), kept
 
 
+def kept_code(row: dict) -> str:
+    """What the parse metric kept of one completion row, whitespace stripped: empty when
+    it judged the prompt alone."""
+    _, kept = kept_text(row["prompt"], row["completion"], row["finish_reason"] == "stop")
+    return "\n".join(kept).strip()
+
+
 def parses_text(src: str) -> bool:
     with warnings.catch_warnings():  # invalid escapes in model output warn, not fail
         warnings.simplefilter("ignore")
@@ -302,15 +309,16 @@ def report(data: dict, candidate: str, baseline: str | None) -> str:
               + ("all targets met." if all(ok for *_, ok, _ in table[candidate])
                  else "targets not all met.")]
     lines += ["", "## Completions that parse with no code in them", "",
-              "A completion with nothing but whitespace before the model ends it parses "
-              "whenever the prompt does, and the issue's metric counts it. Counted apart, "
-              "computed from the same completions; no verdict changes.", "",
+              "A completion whose lines the metric keeps (its complete lines, up to "
+              f"{PARSE_LINES}) hold nothing but whitespace parses whenever the prompt does, "
+              "and the issue's metric counts it. Counted apart, computed from the same "
+              "completions; no verdict changes.", "",
               "| pair | temperature | parse | of them empty | parse with code |",
               "|---|---|---|---|---|"]
     for r in res.values():
         for p in r["parse"]:
             ok = [c for c in p["completions"] if c["parses"]]
-            empty = sum(not c["completion"].strip() for c in ok)
+            empty = sum(not kept_code(c) for c in ok)
             n = len(p["completions"])
             lines.append(f"| {r['label']} | {p['temperature']} | {len(ok)} of {n} | {empty} | "
                          f"{len(ok) - empty} of {n} ({(len(ok) - empty) / n:.0%}) |")

@@ -38,6 +38,17 @@ def test_parse_drops_the_cut_line_only():
     assert mq.parses("def f():\n", "    return 1\n    x = (", finished=True)[0] is False
 
 
+def test_a_completion_is_empty_by_what_the_metric_kept():
+    """A completion cut inside its first line keeps nothing: it parses as the prompt alone
+    and holds no code, whatever the cut-off line had."""
+    row = {"prompt": "class A:\n    pass\n", "completion": "\n\n    x = (",
+           "finish_reason": "length"}
+    assert mq.parses(row["prompt"], row["completion"], finished=False)[0]
+    assert mq.kept_code(row) == ""
+    assert mq.kept_code({**row, "completion": "x = 1\n    y = ("}) == "x = 1"
+    assert mq.kept_code({**row, "finish_reason": "stop"}) == "x = ("
+
+
 def test_readme_states_the_committed_numbers():
     # The bundled pair's measurement: the run that chose it against the pair it replaced.
     data = json.loads((ROOT / "docs" / "model_quality_awh" / "model_quality.json").read_text())
