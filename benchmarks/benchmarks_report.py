@@ -362,8 +362,8 @@ TARGET_CONCURRENCY = (1, 16, 64, 128)  # issue #14: "concurrency 1, 16, 64, 128"
 
 
 def earlier_paths(paths: Sequence[Path]) -> list[dict]:
-    """--probe-alternate-earlier runs, merged per probe counting (one earlier path each),
-    the newest path first."""
+    """--probe-alternate-earlier runs, merged per probe counting (one probe path each), in
+    the order their first run was given."""
     groups: dict[str, list[dict]] = {}
     for p in paths:
         run = json.loads(p.read_text())
@@ -1403,9 +1403,10 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
                  "The windowed switch below came first; its windows' own noise is why "
                  "target 2 is read step by step.", ""] if alt else []),
               *(ln for old in alt_earlier for ln in [
-                  "### Step by step, an earlier probe path (no verdict)", "",
-                  "The same method, measured before the probes changed; it stands beside "
-                  "the lead run, not merged with it (another probe path):", "",
+                  "### Step by step, the probes with "
+                  f"{probe_alternate_data.counting(old)} counting (no verdict)", "",
+                  "The same method, shown beside the lead run, not merged with it (another "
+                  "probe path, or runs given as earlier):", "",
                   *probe_alternate_data.report_body(old), ""]),
               *probe_section(serve, earlier, toggle, cost),
               "## 3. Router", "", *router_section(router, rst), "", router_ceiling(router), "",

@@ -23,6 +23,32 @@ from benchmarks import probe_alternate_data as pad
 from benchmarks.report import md_table
 
 
+def comparable(config: object) -> object:
+    """An engine configuration with each absolute path cut to its last two parts (the
+    pair's folder and the model's): two checkouts of one revision serve the same files
+    from two places, and the runs of two probe paths come from two checkouts."""
+    if isinstance(config, dict):
+        return {k: comparable(v) for k, v in config.items()}
+    if isinstance(config, list):
+        return [comparable(v) for v in config]
+    if isinstance(config, str) and config.startswith("/"):
+        return "/".join(Path(config).parts[-2:])
+    return config
+
+
+def mismatch(runs: list[tuple[str, dict]]) -> str | None:
+    """What keeps these runs from being one comparison: another engine configuration or
+    protocol (``probe_alternate_data.SAME_PROTOCOL``, as its ``merge`` checks)."""
+    first = comparable(runs[0][1].get("config"))
+    if any(comparable(d.get("config")) != first for _, d in runs[1:]):
+        return "the runs' engine configurations differ"
+    for key in pad.SAME_PROTOCOL:
+        if len({repr(d["meta"].get(key)) for _, d in runs}) > 1:
+            return f"the runs differ in {key}: " + ", ".join(
+                f"{name} {d['meta'].get(key)}" for name, d in runs)
+    return None
+
+
 def readings(runs: list[tuple[str, dict]]) -> dict[int, dict[str, list[tuple[str, pad.Cell]]]]:
     """concurrency -> probe path -> [(run name, its reading)], in run order."""
     out: dict[int, dict[str, list[tuple[str, pad.Cell]]]] = {}
@@ -50,6 +76,7 @@ def difference(paths: dict[str, list[tuple[str, pad.Cell]]]) -> str:
 
 def report(runs: list[tuple[str, dict]]) -> list[str]:
     m = runs[0][1]["meta"]
+    apart = mismatch(runs)
     rows, verdicts = [], []
     for c, paths in sorted(readings(runs).items()):
         for path, cells in paths.items():
@@ -57,9 +84,10 @@ def report(runs: list[tuple[str, dict]]) -> list[str]:
                 rows.append([c, path, name, cell.ab.text(), cell.aa.text(),
                              f"{cell.pairs['ab'][0]} of {cell.pairs['ab'][1]}",
                              f"{cell.step_ms:.3f}"])
-        verdicts.append(f"* c={c}: {difference(paths)}.")
+        verdicts.append(f"* c={c}: {f'no comparison ({apart})' if apart else difference(paths)}.")
     return ["# Two probe paths, run by run (`benchmarks/probe_alternate_compare.py`)", "",
-            f"{len(runs)} runs of `benchmarks/probe_alternate.py` on {m['device_name']}, "
+            f"{len(runs)} runs of `benchmarks/probe_alternate.py` on "
+            f"{m.get('device_name', m.get('device'))}, "
             f"vLLM {m['vllm']}, in this order: " + ", ".join(
                 f"{name} ({pad.counting(d)}, {d['meta']['date']})" for name, d in runs)
             + ". Each run is its own engine start; its overhead is the probes in vs out "

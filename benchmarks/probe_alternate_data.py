@@ -367,15 +367,17 @@ def frame_environments(cell: dict) -> list[dict]:
     """Each block's ``alternate.frame_environment`` reading (rank 0; runs before it had
     none)."""
     return [env for b in cell["blocks"]
-            if (env := b["ranks"][0]["record"].get("frame_environment"))]
+            if (env := b["ranks"][0]["record"].get("frame_environment"))
+            and "error" not in env]
 
 
 def frame_lines(data: dict) -> list[str]:
     """What a Python call costs on the model's thread inside the engine, and which frame
     hooks run there: the scale the probes' few frames per step are paid at."""
-    rows = []
+    rows, calls = [], set()
     for c in data["cells"]:
         envs = frame_environments(c)
+        calls |= {e["calls"] for e in envs}
         if not envs:
             continue
         hooks = sorted({f"trace {e['trace']}, profile {e['profile']}, sys.monitoring "
@@ -385,16 +387,22 @@ def frame_lines(data: dict) -> list[str]:
             num(statistics.median(e[k] for e in envs), "{:.0f}")
             for k in ("first_call_through_wrapper_ns", "call_ns", "call_through_wrapper_ns")),
             "; ".join(hooks)])
+    failed = sorted({env["error"] for c in data["cells"] for b in c["blocks"]
+                     if "error" in (env := b["ranks"][0]["record"].get("frame_environment")
+                                    or {})})
+    tail = [] if not failed else ["", "The timing failed in some blocks: " + "; ".join(
+        f"`{e}`" for e in failed) + "."]
     if not rows:
-        return []
+        return tail
     return ["", "A Python call on the model's thread, timed in the first step of each "
             "block (`alternate.frame_environment`; that step is left out of the pairs): "
             "one call of a no-op through a `*args, **kwargs` wrapper first, as the step "
-            f"finds it, then {envs[0]['calls']} calls of the no-op and as many through the "
+            f"finds it, then {' or '.join(map(str, sorted(calls)))} calls of the no-op and "
+            "as many through the "
             "wrapper, per call; median over the blocks, and the hooks every frame there "
             "runs:", "",
             *md_table(["concurrency", "blocks", "first call through the wrapper ns",
-                       "call ns", "call through the wrapper ns", "frame hooks"], rows)]
+                       "call ns", "call through the wrapper ns", "frame hooks"], rows), *tail]
 
 
 def where_lines(data: dict) -> list[str]:

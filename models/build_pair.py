@@ -462,11 +462,11 @@ def definition_units(text: str) -> list[str]:
     for i in defs[1:]:
         node = body[i]
         start = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
-        # Only the module-level comment lines between the statement before and this one:
-        # an indented comment ending the function above, or a line of a string that
-        # starts with "#", stays where it is.
+        # Only the comment lines at column 0 (a form feed before one allowed) between the
+        # statement before and this one: an indented comment ending the function above,
+        # or a line of a string that starts with "#", stays where it is.
         floor = body[i - 1].end_lineno or 0
-        while start > floor and lines[start - 1].startswith("#"):
+        while start > floor and lines[start - 1].lstrip("\x0c").startswith("#"):
             start -= 1
         cuts.append(start)
     bounds = [0, *sorted(set(c for c in cuts if c > 0)), len(lines)]

@@ -149,11 +149,12 @@ def test_definition_units_end_each_top_level_definition_with_eos():
     # Only module-level comments right above go with a definition: not the indented
     # comment that ends the function above, nor a string's line that starts with "#".
     src2 = ('def a():\n    x = 1\n    # end of a\n# about b\ndef b():\n    pass\n'
-            'S = """\n# not a comment"""\ndef c():\n    pass\n')
+            'S = """\n# not a comment"""\ndef c():\n    pass\n\x0c# about d\ndef d():\n'
+            '    pass\n')
     assert build_pair.definition_units(src2) == [
         "def a():\n    x = 1\n    # end of a\n",
         '# about b\ndef b():\n    pass\nS = """\n# not a comment"""\n',
-        "def c():\n    pass\n"]
+        "def c():\n    pass\n", "\x0c# about d\ndef d():\n    pass\n"]
     # A form feed is no line break to ast: the cut stays before the definition.
     assert build_pair.definition_units("x = 1\x0c\ndef a():\n    pass\ndef b():\n    pass") == [
         "x = 1\x0c\ndef a():\n    pass\n", "def b():\n    pass\n"]

@@ -354,3 +354,15 @@ def test_an_alternation_stopped_from_another_thread_undiverts_on_the_models():
     assert alt.settled and "execute_model" not in vars(w)
     w.execute_model(sched)
     assert lg.proposes == 2  # counting into the ledger again, on this thread's own
+
+
+def test_the_replay_wrapper_passes_its_call_through():
+    """What torch.cuda.CUDAGraph.replay is replaced with: the same arguments reach the
+    original and its result comes back, the replay counted on the way."""
+    lg = Ledger()
+    seen = []
+    probed = lg.replay_probe(lambda graph, *a, **k: seen.append((graph, a, k)) or "out")
+    with lg.forward("target", "full"):
+        assert probed("g", 1, x=2) == "out"
+    assert seen == [("g", (1,), {"x": 2})]
+    assert counts(lg) == {("target", "forward", "full", "graph"): 1}

@@ -352,6 +352,13 @@ def test_the_frame_environment_is_reported_per_concurrency():
            "dynamo callback None |" in text, text
     bare = {"concurrency": 4, "blocks": [{"mode": "ab", "ranks": [{"record": _record(off, off)}]}]}
     assert pad.frame_lines({"cells": [bare]}) == []
+    # A cell without it after one with it (runs merged across the change) still reads.
+    both = "\n".join(pad.frame_lines({"cells": [cell, {**bare, "concurrency": 16}]}))
+    assert "2000 calls" in both and "| 16 |" not in both
+    failed = {**bare, "blocks": [{"mode": "ab", "ranks": [{"record": {
+        **_record(off, off), "frame_environment": {"error": "RuntimeError: x"}}}]}]}
+    assert pad.frame_lines({"cells": [failed]}) == [
+        "", "The timing failed in some blocks: `RuntimeError: x`."]
 
 
 def test_two_probe_paths_differ_only_where_every_run_lies_apart():
@@ -373,6 +380,23 @@ def test_two_probe_paths_differ_only_where_every_run_lies_apart():
     assert pac.difference(apart[1]).startswith("new cheaper")
     close = pac.readings([("1", run("old", 1.010)), ("2", run("new", 1.009))])
     assert pac.difference(close[1]).startswith("no difference resolved")
+    # One run of the dearer path within reach of the cheaper one's: not resolved, though
+    # the means lie apart.
+    one_near = pac.readings([("1", run("old", 1.03)), ("2", run("new", 1.005)),
+                             ("3", run("old", 1.006))])
+    assert pac.difference(one_near[1]).startswith("no difference resolved")
+    # Runs of another protocol are no comparison, whatever their numbers.
+    other = run("new", 1.005)
+    other["meta"]["steps"] = 4000
+    assert "no comparison (the runs differ in steps" in "\n".join(
+        pac.report([("1", run("old", 1.03)), ("2", other)]))
+    # The same pair from two checkouts is one configuration; another pair is not.
+    here, there = run("old", 1.03), run("new", 1.005)
+    here["config"] = {"model": "/a/models/p/target", "spec": {"model": "/a/models/p/eagle3"}}
+    there["config"] = {"model": "/b/models/p/target", "spec": {"model": "/b/models/p/eagle3"}}
+    assert pac.mismatch([("1", here), ("2", there)]) is None
+    there["config"]["model"] = "/b/models/q/target"
+    assert pac.mismatch([("1", here), ("2", there)]) == "the runs' engine configurations differ"
     one = pac.readings([("1", run("old", 1.01))])
     assert pac.difference(one[1]).startswith("no comparison")
     assert "| 1 | new | 2 |" in "\n".join(pac.report([("1", run("old", 1.03)),

@@ -60,8 +60,15 @@ def frame_environment(calls: int = FRAME_CALLS) -> dict[str, Any]:
     which a bare loop elsewhere never sees."""
     import sys
 
+    # The first call after the engine's own work of the step before, ahead of anything
+    # else here: how far a probe's frame is from the caches (the loops below then time
+    # warm calls).
+    t0 = time.perf_counter_ns()
+    _passing()
+    first = time.perf_counter_ns() - t0
     env: dict[str, Any] = {"python": sys.version.split()[0], "trace": repr(sys.gettrace()),
-                           "profile": repr(sys.getprofile())}
+                           "profile": repr(sys.getprofile()),
+                           "first_call_through_wrapper_ns": first}
     monitoring = getattr(sys, "monitoring", None)
     if monitoring is not None:
         env["monitoring_tools"] = {i: monitoring.get_tool(i) for i in range(6)
@@ -72,11 +79,6 @@ def frame_environment(calls: int = FRAME_CALLS) -> dict[str, Any]:
         env["eval_frame_callback"] = repr(get_eval_frame_callback())
     except Exception as exc:  # torch without dynamo, or the name moved
         env["eval_frame_callback"] = f"not read: {type(exc).__name__}: {exc}"
-    # The first call after the engine's own work of the step before: how far a probe's
-    # frame is from the caches (the loops below then time warm calls).
-    t0 = time.perf_counter_ns()
-    _passing()
-    env["first_call_through_wrapper_ns"] = time.perf_counter_ns() - t0
     for name, fn in (("call_ns", _noop), ("call_through_wrapper_ns", _passing)):
         t0 = time.perf_counter_ns()
         for _ in range(calls):
@@ -151,7 +153,10 @@ class Alternation:
                     self._diverted = self.ledger.divert()
                     self._divert_thread = threading.get_ident()
                 t0 = time.perf_counter_ns()
-                self.frame_env = frame_environment()
+                try:  # a diagnostic: whatever it meets, the alternation goes on
+                    self.frame_env = frame_environment()
+                except Exception as exc:
+                    self.frame_env = {"error": f"{type(exc).__name__}: {exc}"}
                 self.note_rpc("frame_environment", t0, time.perf_counter_ns())
             state = self.schedule[i] if self.mode == "ab" else 1
             set_enabled(bool(state), self.ledger, self.groups)
