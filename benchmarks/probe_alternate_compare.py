@@ -42,10 +42,9 @@ def mismatch(runs: list[tuple[str, dict]]) -> str | None:
     first = comparable(runs[0][1].get("config"))
     if any(comparable(d.get("config")) != first for _, d in runs[1:]):
         return "the runs' engine configurations differ"
-    for key in pad.SAME_PROTOCOL:
-        if len({repr(d["meta"].get(key)) for _, d in runs}) > 1:
-            return f"the runs differ in {key}: " + ", ".join(
-                f"{name} {d['meta'].get(key)}" for name, d in runs)
+    if (key := pad.protocol_difference([d for _, d in runs])) is not None:
+        return f"the runs differ in {key}: " + ", ".join(
+            f"{name} {d['meta'].get(key)}" for name, d in runs)
     return None
 
 
@@ -104,8 +103,9 @@ def main() -> None:
     a = ap.parse_args()
     runs = [(d.name, json.loads((d / "probe_alternate.json").read_text())) for d in a.runs]
     a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "probe_alternate_compare.md").write_text("\n".join(report(runs)) + "\n")
-    print("\n".join(report(runs)))
+    text = "\n".join(report(runs))
+    (a.out / "probe_alternate_compare.md").write_text(text + "\n")
+    print(text)
 
 
 if __name__ == "__main__":

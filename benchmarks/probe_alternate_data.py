@@ -246,6 +246,13 @@ SAME_PROTOCOL = ("device_name", "vllm", "torch", "steps", "poll_s", "warmup_s",
                  "prompt_words", "output_len", "load_client")
 
 
+def protocol_difference(runs: list[dict]) -> str | None:
+    """The first ``SAME_PROTOCOL`` key the runs' metas differ in, None if none."""
+    return next((key for key in SAME_PROTOCOL
+                 if any(r["meta"].get(key) != runs[0]["meta"].get(key) for r in runs[1:])),
+                None)
+
+
 def counting(data: dict) -> str:
     """The ledger's counting design the run measured (engine_ext.probes.ledger.COUNTING).
     Runs before the meta had it: each cell's ledger snapshot came in with whole-graph
@@ -278,10 +285,9 @@ def merge(runs: list[dict]) -> dict:
         raise ValueError("probe_alternate runs with different engine configurations")
     # What a cell's numbers also depend on, beside the engine configuration: cells of runs
     # that differ here are not one measurement side by side.
-    for key in SAME_PROTOCOL:
-        if any(r["meta"].get(key) != runs[0]["meta"].get(key) for r in runs[1:]):
-            raise ValueError(f"probe_alternate runs with different {key}: "
-                             f"{[r['meta'].get(key) for r in runs]}")
+    if (key := protocol_difference(runs)) is not None:
+        raise ValueError(f"probe_alternate runs with different {key}: "
+                         f"{[r['meta'].get(key) for r in runs]}")
     if len({counting(r) for r in runs}) > 1:
         raise ValueError("probe_alternate runs of different probe counting: "
                          f"{[counting(r) for r in runs]}")
@@ -363,12 +369,16 @@ def report_body(data: dict) -> list[str]:
     return lines + where_lines(data)
 
 
-def frame_environments(cell: dict) -> list[dict]:
-    """Each block's ``alternate.frame_environment`` reading (rank 0; runs before it had
-    none)."""
+def block_frame_envs(cell: dict) -> list[dict]:
+    """Each block's ``alternate.frame_environment`` record (rank 0), timed or failed; runs
+    before it had none."""
     return [env for b in cell["blocks"]
-            if (env := b["ranks"][0]["record"].get("frame_environment"))
-            and "error" not in env]
+            if (env := b["ranks"][0]["record"].get("frame_environment"))]
+
+
+def frame_environments(cell: dict) -> list[dict]:
+    """The blocks' timings that ran (a failed one holds only its error)."""
+    return [env for env in block_frame_envs(cell) if "error" not in env]
 
 
 def frame_lines(data: dict) -> list[str]:
@@ -387,9 +397,8 @@ def frame_lines(data: dict) -> list[str]:
             num(statistics.median(e[k] for e in envs), "{:.0f}")
             for k in ("first_call_through_wrapper_ns", "call_ns", "call_through_wrapper_ns")),
             "; ".join(hooks)])
-    failed = sorted({env["error"] for c in data["cells"] for b in c["blocks"]
-                     if "error" in (env := b["ranks"][0]["record"].get("frame_environment")
-                                    or {})})
+    failed = sorted({env["error"] for c in data["cells"] for env in block_frame_envs(c)
+                     if "error" in env})
     tail = [] if not failed else ["", "The timing failed in some blocks: " + "; ".join(
         f"`{e}`" for e in failed) + "."]
     if not rows:

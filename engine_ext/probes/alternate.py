@@ -71,8 +71,8 @@ def frame_environment(calls: int = FRAME_CALLS) -> dict[str, Any]:
                            "first_call_through_wrapper_ns": first}
     monitoring = getattr(sys, "monitoring", None)
     if monitoring is not None:
-        env["monitoring_tools"] = {i: monitoring.get_tool(i) for i in range(6)
-                                   if monitoring.get_tool(i) is not None}
+        env["monitoring_tools"] = {i: tool for i in range(6)
+                                   if (tool := monitoring.get_tool(i)) is not None}
     try:
         from torch._C._dynamo.eval_frame import get_eval_frame_callback
 
