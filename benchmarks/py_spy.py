@@ -21,6 +21,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,43 +36,66 @@ def binary() -> str | None:
     return None
 
 
+# py-spy prints this once it has attached and is sampling; a Ctrl-C before then can leave
+# no file and no word why (a CI run: nothing on stderr 2 s after the start). py-spy 0.4.3
+# prints nothing at all, on either stream, while its stdout is /dev/null, so both go to
+# one log.
+SAMPLING = "Sampling process"
+ATTACH_TIMEOUT_S = 60.0
+
+
+def _wait_attached(p: subprocess.Popen, log: Path, timeout_s: float) -> None:
+    end = time.monotonic() + timeout_s
+    while SAMPLING not in log.read_text(errors="replace"):
+        if p.poll() is not None or time.monotonic() > end:
+            raise RuntimeError(f"py-spy did not attach (exit {p.poll()}): "
+                               f"{log.read_text(errors='replace')[-300:]}")
+        time.sleep(0.05)
+
+
 @contextlib.contextmanager
-def recording(procs: dict[str, int], out_dir: Path, stem: str, rate: int
-              ) -> Iterator[dict[str, Path]]:
+def recording(procs: dict[str, int], out_dir: Path, stem: str, rate: int,
+              attach_timeout_s: float = ATTACH_TIMEOUT_S) -> Iterator[dict[str, Path]]:
     """Record every ``name -> pid`` of ``procs`` for the body's duration; yields the
-    paths the gzipped profiles will have (``out_dir/stem.name.raw.gz``), written on exit."""
+    paths the gzipped profiles will have (``out_dir/stem.name.raw.gz``), written on exit.
+    The body starts once every py-spy samples, so the profile covers all of it."""
     exe = binary()
     if exe is None:
         raise SystemExit("py-spy not found: pip install py-spy (or set SPECGW_PY_SPY)")
     out_dir.mkdir(parents=True, exist_ok=True)
-    running: list[tuple[subprocess.Popen, Path, Path]] = []
+    running: list[tuple[subprocess.Popen, Path, Path, Path]] = []
     paths = {}
-    for name, pid in procs.items():
-        raw = out_dir / f"{stem}.{name}.raw"
-        paths[name] = raw.with_suffix(".raw.gz")
-        p = subprocess.Popen([exe, "record", "--pid", str(pid), "--rate", str(rate),
-                              "--format", "raw", "--nonblocking", "--threads", "--function",
-                              "--full-filenames",
-                              "--output", str(raw)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        running.append((p, raw, paths[name]))
     try:
+        for name, pid in procs.items():
+            raw = out_dir / f"{stem}.{name}.raw"
+            log = raw.with_suffix(".log")
+            paths[name] = raw.with_suffix(".raw.gz")
+            with log.open("wb") as err:
+                p = subprocess.Popen([exe, "record", "--pid", str(pid), "--rate", str(rate),
+                                      "--format", "raw", "--nonblocking", "--threads",
+                                      "--function", "--full-filenames", "--output", str(raw)],
+                                     stdout=err, stderr=err)
+            running.append((p, raw, log, paths[name]))
+        for p, _, log, _ in running:
+            _wait_attached(p, log, attach_timeout_s)
         yield paths
     finally:
-        for p, _, _ in running:
-            p.send_signal(signal.SIGINT)  # py-spy writes its file on Ctrl-C
-        for p, raw, gz in running:
+        for p, *_ in running:
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)  # py-spy writes its file on Ctrl-C
+        for p, raw, log, gz in running:
             try:
-                _, err = p.communicate(timeout=60)
+                p.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 p.kill()
-                _, err = p.communicate()
+                p.wait()
             if raw.exists():
                 gz.write_bytes(gzip.compress(raw.read_bytes()))
                 raw.unlink()
             else:
-                print(f"py-spy wrote nothing for {raw.name}: "
-                      f"{err.decode(errors='replace')[-300:]}", flush=True)
+                print(f"py-spy wrote nothing for {raw.name} (exit {p.returncode}): "
+                      f"{log.read_text(errors='replace')[-300:]}", flush=True)
+            log.unlink(missing_ok=True)
 
 
 def read(path: Path) -> dict[tuple[str, ...], int]:

@@ -68,6 +68,18 @@ def test_frame_labels_and_what_counts_as_ours():
     assert not is_ours([ctx])
 
 
+def test_a_process_py_spy_cannot_read_is_a_clear_error_not_an_empty_profile(tmp_path):
+    target = subprocess.Popen(["sleep", "30"])  # no Python interpreter to find
+    try:
+        with pytest.raises(RuntimeError, match="py-spy did not attach"), \
+                py_spy.recording({"sleep": target.pid}, tmp_path, "x", RATE):
+            raise AssertionError("the body ran without a profile being taken")
+    finally:
+        target.kill()
+        target.wait()
+    assert not list(tmp_path.iterdir())  # no file, no leftover log
+
+
 def test_a_recorded_run_read_per_engine_step(tmp_path):
     src, out = tmp_path / "src", tmp_path / "set"
     src.mkdir()
