@@ -37,12 +37,18 @@ def openai_client(url: str):
     return OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120)
 
 
+# The session servers' probe poll interval. Every collective_rpc keeps vLLM's CPU worker
+# busy-polling its shared-memory queue for 1 s afterwards (vLLM's SpinCondition), so at
+# the default 5 s an idle server's worker holds 21% of a core (measured: specgw serve and
+# vllm serve + plugin alike), and two or three of them stay up for most of the suite on
+# CI's 2 cores. No test needs the periodic poll: /metrics and /v1/engine/probes read the
+# workers at request time.
+IDLE_POLL_S = "60"
+
+
 @pytest.fixture(scope="session")
 def server() -> Iterator[Server]:
-    # The default poll interval: /metrics refreshes the probes at scrape time anyway, and
-    # every collective_rpc keeps vLLM's CPU worker busy-polling its shared-memory queue for
-    # 1 s afterwards (a whole core at a 1 s interval, starving the TP=2 test's rank 0).
-    srv = Server("gateway", ["--log-format", "text", "--poll-interval", "5"])
+    srv = Server("gateway", ["--log-format", "text", "--poll-interval", IDLE_POLL_S])
     yield from ready_until_teardown(srv)
 
 
@@ -63,7 +69,8 @@ def vllm_serve() -> Iterator[Server]:
     from engine_ext.vllm_serve import plugin_serve_args, plugin_serve_env, serve_command
 
     # vllm serve wants the model first, so the port goes last.
-    srv = Server("vllm-serve", [*plugin_serve_args(), "--port", "{port}"], plugin_serve_env(),
+    srv = Server("vllm-serve", [*plugin_serve_args(), "--port", "{port}"],
+                 {**plugin_serve_env(), "SPECGW_POLL_INTERVAL": IDLE_POLL_S},
                  cmd=serve_command(), ready_path="/health")
     yield from ready_until_teardown(srv)
 
@@ -93,7 +100,7 @@ def tools_server() -> Iterator[Server]:
     srv = Server("gateway-tools", [
         "--log-format", "json", "--model", str(ROOT / "tests" / "models" / "tiny-tools"),
         "--served-model-name", TOOLS_MODEL, "--tool-call-parser", "hermes",
-        "--per-request-spec-metrics"])
+        "--per-request-spec-metrics", "--poll-interval", IDLE_POLL_S])
     yield from ready_until_teardown(srv)
 
 
