@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,13 @@ def _record(*args: str, **env: str) -> dict:
     return json.loads(lines[-1][len("RESULT "):])
 
 
+def _record_all(*runs: tuple[tuple[str, ...], dict[str, str]]) -> list[dict]:
+    """Several ``_record(*args, **env)`` runs, two at a time: half of an engine run's wall
+    time on CI's 2 cores is process start-up and shutdown waits, not compute."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return list(pool.map(lambda run: _record(*run[0], **run[1]), runs))
+
+
 def test_compiled_glm4_mtp_drafts_exactly_like_vllms_class(tmp_path):
     """A real engine run (CPU, where vLLM traces @support_torch_compile modules with
     Dynamo): the compiled subclass proposes the very same draft tokens as vLLM's own
@@ -84,8 +92,8 @@ def test_compiled_glm4_mtp_drafts_exactly_like_vllms_class(tmp_path):
     from mtp_fixture import build
 
     model = str(build(tmp_path / "glm4-moe-mtp"))
-    ours = _record(model, SPECGW_COMPILED_DRAFTERS="1")
-    theirs = _record(model, SPECGW_COMPILED_DRAFTERS="0")
+    ours, theirs = _record_all(((model,), {"SPECGW_COMPILED_DRAFTERS": "1"}),
+                               ((model,), {"SPECGW_COMPILED_DRAFTERS": "0"}))
     assert ours["drafter_model_class"] == "CompiledGlm4MoeMTP" and ours["drafter_compiled"]
     assert ours["drafter_compiled_by_specgw"] is True
     assert theirs["drafter_model_class"] == "Glm4MoeMTP" and not theirs["drafter_compiled"]
@@ -108,9 +116,9 @@ def test_seed_bug_eagle3_is_repaired_and_drafts_like_vllms_class(runner):
     assert "specgw_seed_bug" in names, "run scripts/setup.sh (installs tests/seed_bug_plugin)"
     pair = (str(BUNDLED / "target"), "--method", "eagle3", "--draft-model",
             str(BUNDLED / "eagle3"), "--runner", runner, "--max-tokens", "12")
-    vllm_own = _record(*pair)
-    fixed = _record(*pair, SPECGW_SEED_BUG="1", SPECGW_COMPILED_DRAFTERS="1")
-    bug = _record(*pair, SPECGW_SEED_BUG="1", SPECGW_COMPILED_DRAFTERS="0")
+    vllm_own, fixed, bug = _record_all(
+        (pair, {}), (pair, {"SPECGW_SEED_BUG": "1", "SPECGW_COMPILED_DRAFTERS": "1"}),
+        (pair, {"SPECGW_SEED_BUG": "1", "SPECGW_COMPILED_DRAFTERS": "0"}))
     assert vllm_own["runner"] == runner and vllm_own["compilation_mode"] != "NONE"
     assert vllm_own["drafter_model_class"] == "Eagle3LlamaForCausalLM"
     assert vllm_own["drafter_compiled"] and not vllm_own["drafter_compiled_by_specgw"]
