@@ -371,45 +371,82 @@ def earlier_paths(paths: Sequence[Path]) -> list[dict]:
     return [probe_alternate_data.merge(runs) for runs in groups.values()]
 
 
-def alternate_rows(alt: dict) -> list[list[object]]:
+def earlier_vs_lead(old: dict, lead: dict | None) -> str:
+    """Why an earlier path's percentages are no before/after of the probe change: what
+    else differs between its runs and the lead run, and their steps where both measured
+    ("" when nothing does)."""
+    if lead is None:
+        return ""
+    diff = [k for k in probe_alternate_data.SAME_PROTOCOL
+            if old["meta"].get(k) != lead["meta"].get(k)]
+    steps = {c.concurrency: c.step_ms for c in probe_alternate_data.verdicts(old)}
+    both = [(c.concurrency, steps[c.concurrency], c.step_ms)
+            for c in probe_alternate_data.verdicts(lead) if c.concurrency in steps]
+    parts = []
+    if both:
+        parts.append("a step without the probes (median) lasted " + ", ".join(
+            f"{o:.3f} ms at c={c} against the lead run's {n:.3f}" for c, o, n in both))
+    if diff:
+        parts.append("the runs also differ in " + ", ".join(
+            f"{k} ({old['meta'].get(k)} vs {lead['meta'].get(k)})" for k in diff))
+    if not parts:
+        return ""
+    return (". Here " + "; ".join(parts) + ": not only the probes' code differs, so its "
+            "percentages against the lead run's are no before/after of the probe change "
+            "alone")
+
+
+def alternate_rows(alt: dict, repeats: Sequence[dict] = ()) -> list[list[object]]:
     """Target 2 step by step inside one engine (``probe_alternate.py``), per poll interval.
-    A concurrency of the target the run did not ask for is no verdict either."""
+    A concurrency of the target the run did not ask for is no verdict either. A repeat
+    (the same measurement on another engine start) must meet the target as well: with two
+    runs at hand, a verdict from one of them would be a choice of run."""
     from engine_ext.probes.ledger import COUNTING
 
-    cells = probe_alternate_data.verdicts(alt)
-    biased = [c.concurrency for c in cells if not c.control_ok]
+    runs = [alt, *repeats]
+    probe_alternate_data.check_same_measurement(runs)
+    labels = ["", *(f"repeat {i} ({r['meta']['date']}): " for i, r in enumerate(repeats, 1))]
+    readings = [probe_alternate_data.verdicts(r) for r in runs]
+    biased = sorted({c.concurrency for cells in readings for c in cells if not c.control_ok})
     asked = probe_alternate_data.requested(alt)
     unasked = [c for c in TARGET_CONCURRENCY if c not in asked]
     measured = probe_alternate_data.counting(alt)
     # Each one a reason for no pass: cells asked for and not finished, the target's
     # concurrencies never asked for, a run of another counting than the probes' own.
+    cut = [label + (probe_alternate_data.missing_text(r) or "")
+           for label, r in zip(labels, runs, strict=True)
+           if probe_alternate_data.missing_text(r)]
     missing = "; ".join(x for x in (
-        probe_alternate_data.missing_text(alt),
-        unasked and "c=" + ", ".join(map(str, unasked)) + ": not measured in this run",
+        *cut, unasked and "c=" + ", ".join(map(str, unasked)) + ": not measured in this run",
         measured != COUNTING and f"the run measured {measured} counting, the probes now "
                                  f"do {COUNTING} counting") if x)
     rows = []
     for p in probe_alternate_data.POLL_INTERVALS_S:
-        got = {c.concurrency: c.verdict(p) for c in cells}
-        met = [c for c, (v, _) in got.items() if v == "yes"]
+        got = [{c.concurrency: c.verdict(p) for c in cells} for cells in readings]
+        met = [c for c in got[0] if all(g.get(c, ("",))[0] == "yes" for g in got)]
         of = f"({len(met)} of {len(set(asked) | set(TARGET_CONCURRENCY))} concurrencies met)"
-        met_text = ("yes" if len(met) == len(got) and not biased and not missing
-                    else f"**no** {of}" if any(v == "no" for v, _ in got.values())
+        met_text = ("yes" if len(met) == len(got[0]) and not biased and not missing
+                    else f"**no** {of}" if any(v == "no" for g in got for v, _ in g.values())
                     else f"not resolved {of}")
-        causes = [f"c={cell.concurrency}: {'above' if v == 'no' else 'straddles'} 1% (step "
-                  f"overhead {cell.ab.text()}, poll share {cell.poll_pct(p):.2f}%"
+        causes = [f"{label}c={cell.concurrency}: {'above' if v == 'no' else 'straddles'} 1% "
+                  f"(step overhead {cell.ab.text()}, poll share {cell.poll_pct(p):.2f}%"
                   + (f"; the median of the paired ratios, {cell.ab_median.text()}, is above "
                      "1%" if v != "no" and cell.ab_median.lo > 1 else "") + ")"
-                  for cell in cells if (v := got[cell.concurrency][0]) != "yes"]
+                  for label, cells, g in zip(labels, readings, got, strict=True)
+                  for cell in cells if (v := g[cell.concurrency][0]) != "yes"]
         if missing:
             causes.append(missing)
         if biased:
             causes.append("the control (aa) does not read zero at c="
                           + ", ".join(map(str, biased)) + ": the method is biased there")
+        shown = "; ".join(f"c={c}: {t.text()}" + "".join(
+            f", {label.split(' (')[0]} {g[c][1].text()}"
+            for label, g in zip(labels[1:], got[1:], strict=True) if c in g)
+            for c, (_, t) in got[0].items())
         rows.append(["2", f"probe overhead, % of the engine step, neighbouring steps in / out "
-                     f"inside one engine (poll every {p:g} s) <= 1 at every concurrency",
-                     "; ".join(f"c={c}: {t.text()}" for c, (_, t) in got.items()), met_text,
-                     "; ".join(causes) or None])
+                     f"inside one engine (poll every {p:g} s) <= 1 at every concurrency"
+                     + (f", in each of {len(runs)} runs" if repeats else ""),
+                     shown, met_text, "; ".join(causes) or None])
     return rows
 
 
@@ -1308,13 +1345,15 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
              toggle: dict | None = None, router: RunSet | None = None,
              router_also: Sequence[RunSet] = (), alt: dict | None = None,
              split: Sequence[RunSet] = (), alt_src: Sequence[Path] = (),
-             alt_earlier: Sequence[dict] = (), alt_earlier_src: Sequence[Path] = ()
+             alt_earlier: Sequence[dict] = (), alt_earlier_src: Sequence[Path] = (),
+             alt_repeats: Sequence[dict] = (), alt_repeat_src: Sequence[Path] = ()
              ) -> list[str]:
     st = pair_stats(serve)
     router = router or serve
     rst = pair_stats(router)
     rows = (serve_rows(serve, st, by_date([*earlier, serve]), split)
-            + (alternate_rows(alt) if alt else toggle_rows(toggle) if toggle else [])
+            + (alternate_rows(alt, alt_repeats) if alt
+               else toggle_rows(toggle) if toggle else [])
             + router_rows(router, rst) + elsewhere_rows(list(router_also)))
     rows.sort(key=lambda r: r[0])
     srows, snotes = spec_verdicts(spec) if spec else ([], [])
@@ -1326,6 +1365,7 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
            "".join(f" --router-also {rs.src}" for rs in router_also) +
            "".join(f" --split {rs.src}" for rs in split) +
            "".join(f" --probe-alternate {p}" for p in alt_src) +
+           "".join(f" --probe-alternate-repeat {p}" for p in alt_repeat_src) +
            "".join(f" --probe-alternate-earlier {p}" for p in alt_earlier_src))
     # The target-1 set's card, then the alternation's where it differs: a set from
     # another card (the alternation may come from an H100) must not read as the H200's.
@@ -1356,7 +1396,9 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
              *([f"* `docs/gpu/probe_alternate` (target 2): {alt_card}, vLLM "
                 f"{alt['meta']['vllm']}, {alt['meta']['date']}, one "
                 "`specgw serve` switching its probes step by step "
-                "(`benchmarks/probe_alternate.py`)."] if alt else []),
+                "(`benchmarks/probe_alternate.py`)"
+                + "".join(f"; repeated on another engine start {r['meta']['date']}"
+                          for r in alt_repeats) + "."] if alt else []),
              *([f"* `docs/gpu/probe_toggle` (target 2{', earlier' if alt else ''}): "
                 f"{toggle['meta']['date']}, one `specgw serve` switching its probes "
                 "window by window (`benchmarks/probe_toggle.py`)."] if toggle else []),
@@ -1402,12 +1444,15 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
                  "", *probe_alternate_data.report_body(alt), "",
                  "The windowed switch below came first; its windows' own noise is why "
                  "target 2 is read step by step.", ""] if alt else []),
+              *(ln for i, r in enumerate(alt_repeats, 1) for ln in [
+                  f"### Step by step, repeat {i}: the same measurement on another engine start "
+                  "(part of the verdict)", "", *probe_alternate_data.report_body(r), ""]),
               *(ln for old in alt_earlier for ln in [
                   "### Step by step, the probes with "
                   f"{probe_alternate_data.counting(old)} counting (no verdict)", "",
                   "The same method, shown beside the lead run, not merged with it (another "
-                  "probe path, or runs given as earlier):", "",
-                  *probe_alternate_data.report_body(old), ""]),
+                  "probe path, or runs given as earlier)" + earlier_vs_lead(old, alt) + ":",
+                  "", *probe_alternate_data.report_body(old), ""]),
               *probe_section(serve, earlier, toggle, cost),
               "## 3. Router", "", *router_section(router, rst), "", router_ceiling(router), "",
               *(ln for rs in router_also for ln in
@@ -1463,7 +1508,10 @@ def main() -> None:
     ap.add_argument("--probe-alternate", type=Path, action="append", default=[],
                     help="probe_alternate.json of a run, repeatable: each concurrency "
                          "from the last run that has it (default: docs/gpu/probe_alternate"
-                         "/run3_whole_graph/probe_alternate.json)")
+                         "/run4_inline/probe_alternate.json)")
+    ap.add_argument("--probe-alternate-repeat", type=Path, action="append", default=[],
+                    help="probe_alternate.json of a repeat of the lead run (same protocol, "
+                         "another engine start), repeatable: each must meet target 2 too")
     ap.add_argument("--probe-alternate-earlier", type=Path, action="append", default=[],
                     help="probe_alternate.json of runs of an earlier probe path, repeatable: "
                          "merged per probe counting, each shown, never the verdict")
@@ -1476,7 +1524,7 @@ def main() -> None:
         SC / "run1"]]
     cost = json.loads(a.probe_cost.read_text()) if a.probe_cost.exists() else None
     # Paths given must exist (a typo must not drop a run); the default may be absent.
-    default_alt = Path("docs/gpu/probe_alternate/run3_whole_graph/probe_alternate.json")
+    default_alt = Path("docs/gpu/probe_alternate/run4_inline/probe_alternate.json")
     alt = a.probe_alternate or ([default_alt] if default_alt.exists() else [])
     toggle = json.loads(a.probe_toggle.read_text()) if a.probe_toggle.exists() else None
     lines = document(RunSet.load(a.serve), spec, info, a.out, earlier, cost, toggle,
@@ -1485,7 +1533,9 @@ def main() -> None:
                      probe_alternate_data.merge([json.loads(p.read_text()) for p in alt])
                      if alt else None,
                      [RunSet.load(s) for s in a.split], a.probe_alternate,
-                     earlier_paths(a.probe_alternate_earlier), a.probe_alternate_earlier)
+                     earlier_paths(a.probe_alternate_earlier), a.probe_alternate_earlier,
+                     [json.loads(p.read_text()) for p in a.probe_alternate_repeat],
+                     a.probe_alternate_repeat)
     write(a.out, lines)
     print("\n".join(lines))
 

@@ -6,6 +6,7 @@ issue's page (``benchmarks_report.py``) takes its rows from :func:`verdicts`."""
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -274,6 +275,20 @@ COUNTING_TEXT = {"whole-graph-inline": "whole-graph counting, inline (runner V2'
                            "FULL graph runs; the probes before 4a00e34)"}
 
 
+def check_same_measurement(runs: Sequence[dict]) -> None:
+    """Raise ValueError unless the runs are one measurement on separate engine starts: one
+    engine configuration, one protocol (what a cell's numbers also depend on), one probe
+    counting."""
+    if any(r["config"] != runs[0]["config"] for r in runs[1:]):
+        raise ValueError("probe_alternate runs with different engine configurations")
+    if (key := protocol_difference(list(runs))) is not None:
+        raise ValueError(f"probe_alternate runs with different {key}: "
+                         f"{[r['meta'].get(key) for r in runs]}")
+    if len({counting(r) for r in runs}) > 1:
+        raise ValueError("probe_alternate runs of different probe counting: "
+                         f"{[counting(r) for r in runs]}")
+
+
 def merge(runs: list[dict]) -> dict:
     """Several runs as one: each concurrency's cell from the last run that has it. A cell
     is measured inside one engine (its pairs are neighbouring steps), so cells of runs on
@@ -281,16 +296,7 @@ def merge(runs: list[dict]) -> dict:
     configuration, and ``meta['runs']`` says which run gave which cells."""
     if len(runs) == 1:
         return runs[0]
-    if any(r["config"] != runs[0]["config"] for r in runs[1:]):
-        raise ValueError("probe_alternate runs with different engine configurations")
-    # What a cell's numbers also depend on, beside the engine configuration: cells of runs
-    # that differ here are not one measurement side by side.
-    if (key := protocol_difference(runs)) is not None:
-        raise ValueError(f"probe_alternate runs with different {key}: "
-                         f"{[r['meta'].get(key) for r in runs]}")
-    if len({counting(r) for r in runs}) > 1:
-        raise ValueError("probe_alternate runs of different probe counting: "
-                         f"{[counting(r) for r in runs]}")
+    check_same_measurement(runs)
     cells: dict[int, dict] = {}
     asked: list[int] = []
     for r in runs:

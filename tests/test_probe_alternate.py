@@ -401,3 +401,44 @@ def test_two_probe_paths_differ_only_where_every_run_lies_apart():
     assert pac.difference(one[1]).startswith("no comparison")
     assert "| 1 | new | 2 |" in "\n".join(pac.report([("1", run("old", 1.03)),
                                                       ("2", run("new", 1.005))]))
+
+
+def test_a_repeat_run_must_meet_target_2_too_and_an_earlier_path_says_what_else_differs():
+    from benchmarks.benchmarks_report import TARGET_CONCURRENCY, alternate_rows, earlier_vs_lead
+    from engine_ext.probes.ledger import COUNTING
+
+    rng = random.Random(5)
+    off = [2e6 * rng.uniform(0.9, 1.1) for _ in range(2000)]
+
+    def run(cost: float, date: str, scale: float = 1.0, **meta: object) -> dict:
+        def block(mode: str, c: float) -> dict:
+            steps = [x * scale for x in off]
+            return {"mode": mode, "ranks": [{"record": {
+                **_record([x * c for x in steps], steps), "mode": mode}}]}
+
+        return {"meta": {"probe_counting": COUNTING, "concurrency": list(TARGET_CONCURRENCY),
+                         "date": date, "device": "cuda", "output_len": 1536, **meta},
+                "config": {"k": 3},
+                "cells": [{"concurrency": c, "blocks": [block("ab", cost), block("aa", 1.0)],
+                           "ledger": {}} for c in TARGET_CONCURRENCY]}
+
+    lead = run(1.001, "d1")
+    both = alternate_rows(lead, [run(1.002, "d2")])
+    assert [r[3] for r in both] == ["yes", "yes"]
+    assert all("in each of 2 runs" in r[1] and "c=1: +0.10" in r[2] and ", repeat 1 +0.20"
+               in r[2] for r in both), both
+    # The lead run meets the target, its repeat does not: no pass, and the cause names
+    # the repeat.
+    dear = alternate_rows(lead, [run(1.05, "d2")])
+    assert all(r[3] == "**no** (0 of 4 concurrencies met)" and "repeat 1 (d2): c=1: above 1%"
+               in r[4] for r in dear), dear
+    assert [r[3] for r in alternate_rows(lead)] == ["yes", "yes"]
+    # A repeat is the same measurement: another protocol is refused, not shown as one.
+    with pytest.raises(ValueError, match="output_len"):
+        alternate_rows(lead, [run(1.001, "d2", output_len=128)])
+    # An earlier path's runs: their steps beside the lead's, and the protocol they differ in.
+    text = earlier_vs_lead(run(1.03, "d0", scale=2.0, output_len=128), lead)
+    assert text.startswith(". Here a step without the probes (median) lasted 3.989 ms at "
+                           "c=1 against the lead run's 1.994"), text
+    assert "output_len (128 vs 1536)" in text
+    assert earlier_vs_lead(lead, None) == ""
