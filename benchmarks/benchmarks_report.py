@@ -371,10 +371,13 @@ def earlier_paths(paths: Sequence[Path]) -> list[dict]:
     return [probe_alternate_data.merge(runs) for runs in groups.values()]
 
 
+STEP_APART = 0.05  # steps of two runs this far apart (relative) ran under other conditions
+
+
 def earlier_vs_lead(old: dict, lead: dict | None) -> str:
     """Why an earlier path's percentages are no before/after of the probe change: what
-    else differs between its runs and the lead run, and their steps where both measured
-    ("" when nothing does)."""
+    else differs between its runs and the lead run, the protocol or the steps' length
+    ("" when neither does)."""
     if lead is None:
         return ""
     diff = [k for k in probe_alternate_data.SAME_PROTOCOL
@@ -383,7 +386,7 @@ def earlier_vs_lead(old: dict, lead: dict | None) -> str:
     both = [(c.concurrency, steps[c.concurrency], c.step_ms)
             for c in probe_alternate_data.verdicts(lead) if c.concurrency in steps]
     parts = []
-    if both:
+    if any(abs(o / n - 1) > STEP_APART for _, o, n in both):
         parts.append("a step without the probes (median) lasted " + ", ".join(
             f"{o:.3f} ms at c={c} against the lead run's {n:.3f}" for c, o, n in both))
     if diff:
@@ -396,6 +399,12 @@ def earlier_vs_lead(old: dict, lead: dict | None) -> str:
             "alone")
 
 
+def run_dates(run: dict) -> list[str]:
+    """The dates of the runs a (possibly merged) alternation record holds."""
+    meta = run.get("meta", {})
+    return [r["date"] for r in meta.get("runs", [])] or [meta.get("date")]
+
+
 def alternate_rows(alt: dict, repeats: Sequence[dict] = ()) -> list[list[object]]:
     """Target 2 step by step inside one engine (``probe_alternate.py``), per poll interval.
     A concurrency of the target the run did not ask for is no verdict either. A repeat
@@ -405,27 +414,36 @@ def alternate_rows(alt: dict, repeats: Sequence[dict] = ()) -> list[list[object]
 
     runs = [alt, *repeats]
     probe_alternate_data.check_same_measurement(runs)
-    labels = ["", *(f"repeat {i} ({r['meta']['date']}): " for i, r in enumerate(repeats, 1))]
+    dates = [d for r in runs for d in run_dates(r)]
+    if repeats and len(set(dates)) < len(dates):
+        raise ValueError(f"a probe_alternate run given twice (dates {dates})")
+    names = ["", *(f"repeat {i}" for i in range(1, len(runs)))]
+    labels = ["", *(f"{n} ({r['meta']['date']}): " for n, r in zip(names[1:], repeats,
+                                                                   strict=True))]
     readings = [probe_alternate_data.verdicts(r) for r in runs]
-    biased = sorted({c.concurrency for cells in readings for c in cells if not c.control_ok})
-    asked = probe_alternate_data.requested(alt)
-    unasked = [c for c in TARGET_CONCURRENCY if c not in asked]
-    measured = probe_alternate_data.counting(alt)
-    # Each one a reason for no pass: cells asked for and not finished, the target's
-    # concurrencies never asked for, a run of another counting than the probes' own.
-    cut = [label + (probe_alternate_data.missing_text(r) or "")
-           for label, r in zip(labels, runs, strict=True)
-           if probe_alternate_data.missing_text(r)]
-    missing = "; ".join(x for x in (
-        *cut, unasked and "c=" + ", ".join(map(str, unasked)) + ": not measured in this run",
-        measured != COUNTING and f"the run measured {measured} counting, the probes now "
-                                 f"do {COUNTING} counting") if x)
+    asked = [probe_alternate_data.requested(r) for r in runs]
+    every = sorted({c for a in asked for c in a} | set(TARGET_CONCURRENCY))
+    # Each one a reason for no pass, per run: cells asked for and not finished, the
+    # concurrencies it never asked for (the target's, or another run's), the control
+    # reading nonzero; for all, a counting other than the probes' own.
+    reasons = []
+    for label, run, a, cells in zip(labels, runs, asked, readings, strict=True):
+        if text := probe_alternate_data.missing_text(run):
+            reasons.append(label + text)
+        if unasked := [c for c in every if c not in a]:
+            reasons.append(f"{label}c={', '.join(map(str, unasked))}: not measured in this run")
+        if biased := [c.concurrency for c in cells if not c.control_ok]:
+            reasons.append(f"{label}the control (aa) does not read zero at c="
+                           f"{', '.join(map(str, biased))}: the method is biased there")
+    if (measured := probe_alternate_data.counting(alt)) != COUNTING:
+        reasons.append(f"the run measured {measured} counting, the probes now do {COUNTING} "
+                       "counting")
     rows = []
     for p in probe_alternate_data.POLL_INTERVALS_S:
         got = [{c.concurrency: c.verdict(p) for c in cells} for cells in readings]
-        met = [c for c in got[0] if all(g.get(c, ("",))[0] == "yes" for g in got)]
-        of = f"({len(met)} of {len(set(asked) | set(TARGET_CONCURRENCY))} concurrencies met)"
-        met_text = ("yes" if len(met) == len(got[0]) and not biased and not missing
+        met = [c for c in every if all(g.get(c, ("",))[0] == "yes" for g in got)]
+        of = f"({len(met)} of {len(every)} concurrencies met)"
+        met_text = ("yes" if len(met) == len(every) and not reasons
                     else f"**no** {of}" if any(v == "no" for g in got for v, _ in g.values())
                     else f"not resolved {of}")
         causes = [f"{label}c={cell.concurrency}: {'above' if v == 'no' else 'straddles'} 1% "
@@ -434,20 +452,41 @@ def alternate_rows(alt: dict, repeats: Sequence[dict] = ()) -> list[list[object]
                      "1%" if v != "no" and cell.ab_median.lo > 1 else "") + ")"
                   for label, cells, g in zip(labels, readings, got, strict=True)
                   for cell in cells if (v := g[cell.concurrency][0]) != "yes"]
-        if missing:
-            causes.append(missing)
-        if biased:
-            causes.append("the control (aa) does not read zero at c="
-                          + ", ".join(map(str, biased)) + ": the method is biased there")
-        shown = "; ".join(f"c={c}: {t.text()}" + "".join(
-            f", {label.split(' (')[0]} {g[c][1].text()}"
-            for label, g in zip(labels[1:], got[1:], strict=True) if c in g)
-            for c, (_, t) in got[0].items())
+        shown = "; ".join(f"c={c}: " + ", ".join(
+            f"{name} {g[c][1].text()}".strip() if c in g else f"{name} not measured".strip()
+            for name, g in zip(names, got, strict=True))
+            for c in every if any(c in g for g in got))
         rows.append(["2", f"probe overhead, % of the engine step, neighbouring steps in / out "
                      f"inside one engine (poll every {p:g} s) <= 1 at every concurrency"
                      + (f", in each of {len(runs)} runs" if repeats else ""),
-                     shown, met_text, "; ".join(causes) or None])
+                     shown, met_text, "; ".join(causes + reasons) or None])
     return rows
+
+
+def repeat_spread(lead: dict, repeat: dict) -> str:
+    """Two engine starts side by side: each run's interval covers its own pairs only, so
+    where the runs lie further apart than either interval's half-width, the engine start
+    is the wider error bar."""
+    ours = {c.concurrency: c.ab for c in probe_alternate_data.verdicts(lead)}
+    cells = [(c.concurrency, ours[c.concurrency], c.ab)
+             for c in probe_alternate_data.verdicts(repeat) if c.concurrency in ours]
+    if not cells:
+        return "No concurrency was measured by both runs."
+
+    def half(e: probe_alternate_data.Estimate) -> float:
+        return (e.hi - e.lo) / 2
+
+    apart = [(c, a, b) for c, a, b in cells if abs(a.value - b.value) > max(half(a), half(b))]
+    text = ("Step overhead (sum), the lead run against this one: " + "; ".join(
+        f"c={c}: {a.value:+.2f} vs {b.value:+.2f}" for c, a, b in cells) + ". ")
+    if not apart:
+        return text + ("The two engine starts lie within either run's own 95% interval of "
+                       "each other at every concurrency both measured.")
+    return text + ("Further apart than either run's own 95% interval half-width: " + "; ".join(
+        f"c={c} ({abs(a.value - b.value):.2f} points against {half(a):.2f} and "
+        f"{half(b):.2f})" for c, a, b in apart) + ": each run's interval covers the pairs of "
+        "its own engine start, so there the spread between engine starts is the wider error "
+        "bar.")
 
 
 INSTANCE_OFFSET = 0.02  # a median offset between two identical processes worth naming
@@ -1446,7 +1485,8 @@ def document(serve: RunSet, spec: list[RunSet], info: dict | None, out: Path,
                  "target 2 is read step by step.", ""] if alt else []),
               *(ln for i, r in enumerate(alt_repeats, 1) for ln in [
                   f"### Step by step, repeat {i}: the same measurement on another engine start "
-                  "(part of the verdict)", "", *probe_alternate_data.report_body(r), ""]),
+                  "(part of the verdict)", "", repeat_spread(alt, r), "",
+                  *probe_alternate_data.report_body(r), ""]),
               *(ln for old in alt_earlier for ln in [
                   "### Step by step, the probes with "
                   f"{probe_alternate_data.counting(old)} counting (no verdict)", "",
@@ -1511,7 +1551,8 @@ def main() -> None:
                          "/run4_inline/probe_alternate.json)")
     ap.add_argument("--probe-alternate-repeat", type=Path, action="append", default=[],
                     help="probe_alternate.json of a repeat of the lead run (same protocol, "
-                         "another engine start), repeatable: each must meet target 2 too")
+                         "another engine start), repeatable: each must meet target 2 too "
+                         "(default, with the default lead run: run4_inline_repeat)")
     ap.add_argument("--probe-alternate-earlier", type=Path, action="append", default=[],
                     help="probe_alternate.json of runs of an earlier probe path, repeatable: "
                          "merged per probe counting, each shown, never the verdict")
@@ -1525,7 +1566,15 @@ def main() -> None:
     cost = json.loads(a.probe_cost.read_text()) if a.probe_cost.exists() else None
     # Paths given must exist (a typo must not drop a run); the default may be absent.
     default_alt = Path("docs/gpu/probe_alternate/run4_inline/probe_alternate.json")
+    default_repeat = Path("docs/gpu/probe_alternate/run4_inline_repeat/probe_alternate.json")
     alt = a.probe_alternate or ([default_alt] if default_alt.exists() else [])
+    # The default lead run comes with its repeat: a verdict from one of them would be a
+    # choice of run.
+    repeats = a.probe_alternate_repeat or (
+        [default_repeat] if not a.probe_alternate and default_repeat.exists() else [])
+    if repeats and not alt:
+        raise SystemExit("--probe-alternate-repeat needs the run it repeats "
+                         "(--probe-alternate)")
     toggle = json.loads(a.probe_toggle.read_text()) if a.probe_toggle.exists() else None
     lines = document(RunSet.load(a.serve), spec, info, a.out, earlier, cost, toggle,
                      RunSet.load(a.router) if a.router else None,
@@ -1534,8 +1583,7 @@ def main() -> None:
                      if alt else None,
                      [RunSet.load(s) for s in a.split], a.probe_alternate,
                      earlier_paths(a.probe_alternate_earlier), a.probe_alternate_earlier,
-                     [json.loads(p.read_text()) for p in a.probe_alternate_repeat],
-                     a.probe_alternate_repeat)
+                     [json.loads(p.read_text()) for p in repeats], repeats)
     write(a.out, lines)
     print("\n".join(lines))
 

@@ -44,12 +44,17 @@ SAMPLING = "Sampling process"
 ATTACH_TIMEOUT_S = 60.0
 
 
-def _wait_attached(p: subprocess.Popen, log: Path, timeout_s: float) -> None:
-    end = time.monotonic() + timeout_s
+def _said(log: Path) -> str:
+    """What py-spy said, without its stack backtrace (RUST_BACKTRACE=1 appends one, and
+    its tail would hide the error line itself)."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    return text.split("Stack backtrace:")[0].strip()[-300:]
+
+
+def _wait_attached(p: subprocess.Popen, log: Path, deadline: float) -> None:
     while SAMPLING not in log.read_text(errors="replace"):
-        if p.poll() is not None or time.monotonic() > end:
-            raise RuntimeError(f"py-spy did not attach (exit {p.poll()}): "
-                               f"{log.read_text(errors='replace')[-300:]}")
+        if p.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"py-spy did not attach (exit {p.poll()}): {_said(log)}")
         time.sleep(0.05)
 
 
@@ -58,17 +63,22 @@ def recording(procs: dict[str, int], out_dir: Path, stem: str, rate: int,
               attach_timeout_s: float = ATTACH_TIMEOUT_S) -> Iterator[dict[str, Path]]:
     """Record every ``name -> pid`` of ``procs`` for the body's duration; yields the
     paths the gzipped profiles will have (``out_dir/stem.name.raw.gz``), written on exit.
-    The body starts once every py-spy samples, so the profile covers all of it."""
+    The body starts once every py-spy samples, so the profile covers all of it; when one
+    does not attach, the body does not run and no profile is written (a partial set would
+    read as a profile of the body)."""
     exe = binary()
     if exe is None:
         raise SystemExit("py-spy not found: pip install py-spy (or set SPECGW_PY_SPY)")
     out_dir.mkdir(parents=True, exist_ok=True)
     running: list[tuple[subprocess.Popen, Path, Path, Path]] = []
+    logs: list[Path] = []
     paths = {}
+    attached = False
     try:
         for name, pid in procs.items():
             raw = out_dir / f"{stem}.{name}.raw"
             log = raw.with_suffix(".log")
+            logs.append(log)
             paths[name] = raw.with_suffix(".raw.gz")
             with log.open("wb") as err:
                 p = subprocess.Popen([exe, "record", "--pid", str(pid), "--rate", str(rate),
@@ -76,8 +86,10 @@ def recording(procs: dict[str, int], out_dir: Path, stem: str, rate: int,
                                       "--function", "--full-filenames", "--output", str(raw)],
                                      stdout=err, stderr=err)
             running.append((p, raw, log, paths[name]))
+        deadline = time.monotonic() + attach_timeout_s  # one wait for all, not one each
         for p, _, log, _ in running:
-            _wait_attached(p, log, attach_timeout_s)
+            _wait_attached(p, log, deadline)
+        attached = True
         yield paths
     finally:
         for p, *_ in running:
@@ -89,12 +101,15 @@ def recording(procs: dict[str, int], out_dir: Path, stem: str, rate: int,
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
-            if raw.exists():
+            if not attached:
+                raw.unlink(missing_ok=True)
+            elif raw.exists():
                 gz.write_bytes(gzip.compress(raw.read_bytes()))
                 raw.unlink()
             else:
                 print(f"py-spy wrote nothing for {raw.name} (exit {p.returncode}): "
-                      f"{log.read_text(errors='replace')[-300:]}", flush=True)
+                      f"{_said(log)}", flush=True)
+        for log in logs:
             log.unlink(missing_ok=True)
 
 

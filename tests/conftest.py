@@ -43,12 +43,12 @@ def openai_client(url: str):
 # vllm serve + plugin alike), and two or three of them stay up for most of the suite on
 # CI's 2 cores. No test needs the periodic poll: /metrics and /v1/engine/probes read the
 # workers at request time.
-IDLE_POLL_S = "60"
+IDLE_POLL_S = 60
 
 
 @pytest.fixture(scope="session")
 def server() -> Iterator[Server]:
-    srv = Server("gateway", ["--log-format", "text", "--poll-interval", IDLE_POLL_S])
+    srv = Server("gateway", ["--log-format", "text", "--poll-interval", str(IDLE_POLL_S)])
     yield from ready_until_teardown(srv)
 
 
@@ -70,7 +70,7 @@ def vllm_serve() -> Iterator[Server]:
 
     # vllm serve wants the model first, so the port goes last.
     srv = Server("vllm-serve", [*plugin_serve_args(), "--port", "{port}"],
-                 {**plugin_serve_env(), "SPECGW_POLL_INTERVAL": IDLE_POLL_S},
+                 {**plugin_serve_env(), "SPECGW_POLL_INTERVAL": str(IDLE_POLL_S)},
                  cmd=serve_command(), ready_path="/health")
     yield from ready_until_teardown(srv)
 
@@ -100,7 +100,7 @@ def tools_server() -> Iterator[Server]:
     srv = Server("gateway-tools", [
         "--log-format", "json", "--model", str(ROOT / "tests" / "models" / "tiny-tools"),
         "--served-model-name", TOOLS_MODEL, "--tool-call-parser", "hermes",
-        "--per-request-spec-metrics", "--poll-interval", IDLE_POLL_S])
+        "--per-request-spec-metrics", "--poll-interval", str(IDLE_POLL_S)])
     yield from ready_until_teardown(srv)
 
 

@@ -163,7 +163,7 @@ def test_probes_switched_out_count_nothing_and_back_in_count_again(base_url, cli
         # Switched off: coverage reads 0 (no path is probed), never a stale 1.
         assert metric_sum(scrape(base_url), "specgw_probe_coverage", role="draft") == 0
     finally:
-        on = switch(base_url, {"enabled": True, "poll_interval_s": float(IDLE_POLL_S)})
+        on = switch(base_url, {"enabled": True, "poll_interval_s": IDLE_POLL_S})
     assert on.status_code == 200 and on.json()["enabled"] is True
     during = probes(base_url)
     assert during["snap"]["enabled"] is True

@@ -404,23 +404,29 @@ def test_two_probe_paths_differ_only_where_every_run_lies_apart():
 
 
 def test_a_repeat_run_must_meet_target_2_too_and_an_earlier_path_says_what_else_differs():
-    from benchmarks.benchmarks_report import TARGET_CONCURRENCY, alternate_rows, earlier_vs_lead
+    from benchmarks.benchmarks_report import (
+        TARGET_CONCURRENCY,
+        alternate_rows,
+        earlier_vs_lead,
+        repeat_spread,
+    )
     from engine_ext.probes.ledger import COUNTING
 
     rng = random.Random(5)
     off = [2e6 * rng.uniform(0.9, 1.1) for _ in range(2000)]
 
-    def run(cost: float, date: str, scale: float = 1.0, **meta: object) -> dict:
+    def run(cost: float, date: str, scale: float = 1.0, cs=TARGET_CONCURRENCY,
+            aa: float = 1.0, config: dict | None = None, **meta: object) -> dict:
         def block(mode: str, c: float) -> dict:
             steps = [x * scale for x in off]
             return {"mode": mode, "ranks": [{"record": {
                 **_record([x * c for x in steps], steps), "mode": mode}}]}
 
-        return {"meta": {"probe_counting": COUNTING, "concurrency": list(TARGET_CONCURRENCY),
+        return {"meta": {"probe_counting": COUNTING, "concurrency": list(cs),
                          "date": date, "device": "cuda", "output_len": 1536, **meta},
-                "config": {"k": 3},
-                "cells": [{"concurrency": c, "blocks": [block("ab", cost), block("aa", 1.0)],
-                           "ledger": {}} for c in TARGET_CONCURRENCY]}
+                "config": config or {"k": 3},
+                "cells": [{"concurrency": c, "blocks": [block("ab", cost), block("aa", aa)],
+                           "ledger": {}} for c in cs]}
 
     lead = run(1.001, "d1")
     both = alternate_rows(lead, [run(1.002, "d2")])
@@ -433,12 +439,36 @@ def test_a_repeat_run_must_meet_target_2_too_and_an_earlier_path_says_what_else_
     assert all(r[3] == "**no** (0 of 4 concurrencies met)" and "repeat 1 (d2): c=1: above 1%"
                in r[4] for r in dear), dear
     assert [r[3] for r in alternate_rows(lead)] == ["yes", "yes"]
-    # A repeat is the same measurement: another protocol is refused, not shown as one.
+    # A repeat that never asked for some of the target's concurrencies: no pass, and why.
+    short = alternate_rows(lead, [run(1.002, "d2", cs=(1, 16))])
+    assert all(r[3] == "not resolved (2 of 4 concurrencies met)" and
+               "repeat 1 (d2): c=64, 128: not measured in this run" in r[4] for r in short)
+    assert all("c=64: +0.10" in r[2] and "repeat 1 not measured" in r[2] for r in short)
+    # A concurrency only the repeat measured, above 1% there: no pass either.
+    extra = alternate_rows(lead, [run(1.002, "d2"), run(1.05, "d3", cs=(32,))])
+    assert all(r[3].startswith("**no**") and "repeat 2 (d3): c=32: above 1%" in r[4]
+               and "c=32: not measured in this run" in r[4] for r in extra), extra
+    # A biased control is named with its run.
+    biased = alternate_rows(lead, [run(1.002, "d2", aa=1.05)])
+    assert all(r[3].startswith("not resolved") and "repeat 1 (d2): the control (aa) does "
+               "not read zero at c=1, 16, 64, 128" in r[4] for r in biased), biased
+    # A repeat is the same measurement on another engine start: another protocol or
+    # configuration is refused, and so is the lead run given again as its own repeat.
     with pytest.raises(ValueError, match="output_len"):
         alternate_rows(lead, [run(1.001, "d2", output_len=128)])
-    # An earlier path's runs: their steps beside the lead's, and the protocol they differ in.
+    with pytest.raises(ValueError, match="engine configurations"):
+        alternate_rows(lead, [run(1.001, "d2", config={"k": 4})])
+    with pytest.raises(ValueError, match="given twice"):
+        alternate_rows(lead, [lead])
+    # Run to run: named where two starts lie further apart than either run's interval.
+    assert "lie within either run's own 95% interval" in repeat_spread(lead, run(1.001, "d2"))
+    assert "Further apart than either run's own 95% interval half-width: c=1 (" in \
+        repeat_spread(lead, run(1.03, "d2"))
+    # An earlier path's runs: their steps beside the lead's, and the protocol they differ in;
+    # nothing when neither differs.
     text = earlier_vs_lead(run(1.03, "d0", scale=2.0, output_len=128), lead)
     assert text.startswith(". Here a step without the probes (median) lasted 3.989 ms at "
                            "c=1 against the lead run's 1.994"), text
     assert "output_len (128 vs 1536)" in text
+    assert earlier_vs_lead(run(1.03, "d0"), lead) == ""
     assert earlier_vs_lead(lead, None) == ""

@@ -68,16 +68,23 @@ def test_frame_labels_and_what_counts_as_ours():
     assert not is_ours([ctx])
 
 
-def test_a_process_py_spy_cannot_read_is_a_clear_error_not_an_empty_profile(tmp_path):
-    target = subprocess.Popen(["sleep", "30"])  # no Python interpreter to find
+def test_a_process_py_spy_cannot_read_is_a_clear_error_and_no_profile_is_left(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    python = _target(src)  # readable: its py-spy attaches and would write a profile
+    other = subprocess.Popen(["sleep", "30"])  # no Python interpreter to find
+    out = tmp_path / "profiles"
     try:
-        with pytest.raises(RuntimeError, match="py-spy did not attach"), \
-                py_spy.recording({"sleep": target.pid}, tmp_path, "x", RATE):
-            raise AssertionError("the body ran without a profile being taken")
+        with pytest.raises(RuntimeError, match="py-spy did not attach") as err, \
+                py_spy.recording({"py": python.pid, "sleep": other.pid}, out, "x", RATE):
+            raise AssertionError("the body ran without every profile being taken")
     finally:
-        target.kill()
-        target.wait()
-    assert not list(tmp_path.iterdir())  # no file, no leftover log
+        for proc in (python, other):
+            proc.kill()
+            proc.wait()
+    # py-spy's own words, not its stack backtrace's last frames.
+    assert "Error:" in str(err.value) and "Stack backtrace" not in str(err.value), err.value
+    assert not list(out.iterdir())  # neither the readable process's profile nor a log
 
 
 def test_a_recorded_run_read_per_engine_step(tmp_path):
