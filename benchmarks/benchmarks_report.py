@@ -480,8 +480,9 @@ def repeat_spread(lead: dict, repeat: dict) -> str:
     text = ("Step overhead (sum), the lead run against this one: " + "; ".join(
         f"c={c}: {a.value:+.2f} vs {b.value:+.2f}" for c, a, b in cells) + ". ")
     if not apart:
-        return text + ("The two engine starts lie within either run's own 95% interval of "
-                       "each other at every concurrency both measured.")
+        return text + ("The two engine starts lie no further apart than the wider of the "
+                       "two runs' 95% interval half-widths at every concurrency both "
+                       "measured.")
     return text + ("Further apart than either run's own 95% interval half-width: " + "; ".join(
         f"c={c} ({abs(a.value - b.value):.2f} points against {half(a):.2f} and "
         f"{half(b):.2f})" for c, a, b in apart) + ": each run's interval covers the pairs of "

@@ -461,7 +461,7 @@ def test_a_repeat_run_must_meet_target_2_too_and_an_earlier_path_says_what_else_
     with pytest.raises(ValueError, match="given twice"):
         alternate_rows(lead, [lead])
     # Run to run: named where two starts lie further apart than either run's interval.
-    assert "lie within either run's own 95% interval" in repeat_spread(lead, run(1.001, "d2"))
+    assert "lie no further apart than the wider" in repeat_spread(lead, run(1.001, "d2"))
     assert "Further apart than either run's own 95% interval half-width: c=1 (" in \
         repeat_spread(lead, run(1.03, "d2"))
     # An earlier path's runs: their steps beside the lead's, and the protocol they differ in;
