@@ -247,7 +247,7 @@ SAME_PROTOCOL = ("device_name", "vllm", "torch", "steps", "poll_s", "warmup_s",
                  "prompt_words", "output_len", "load_client")
 
 
-def protocol_difference(runs: list[dict]) -> str | None:
+def protocol_difference(runs: Sequence[dict]) -> str | None:
     """The first ``SAME_PROTOCOL`` key the runs' metas differ in, None if none."""
     return next((key for key in SAME_PROTOCOL
                  if any(r["meta"].get(key) != runs[0]["meta"].get(key) for r in runs[1:])),
@@ -281,7 +281,7 @@ def check_same_measurement(runs: Sequence[dict]) -> None:
     counting."""
     if any(r["config"] != runs[0]["config"] for r in runs[1:]):
         raise ValueError("probe_alternate runs with different engine configurations")
-    if (key := protocol_difference(list(runs))) is not None:
+    if (key := protocol_difference(runs)) is not None:
         raise ValueError(f"probe_alternate runs with different {key}: "
                          f"{[r['meta'].get(key) for r in runs]}")
     if len({counting(r) for r in runs}) > 1:
