@@ -39,10 +39,10 @@ def openai_client(url: str):
 
 # The session servers' probe poll interval. Every collective_rpc keeps vLLM's CPU worker
 # busy-polling its shared-memory queue for 1 s afterwards (vLLM's SpinCondition), so at
-# the default 5 s an idle server's worker holds 21% of a core (measured: specgw serve and
-# vllm serve + plugin alike), and two or three of them stay up for most of the suite on
-# CI's 2 cores. No test needs the periodic poll: /metrics and /v1/engine/probes read the
-# workers at request time.
+# the default 5 s an idle server's worker holds 21% of a core (docs/idle_cpu/: specgw
+# serve and vllm serve + plugin alike; the whole server 1.7% at 60 s), and two or three
+# stay up for most of the suite on CI's 2 cores. No test needs the periodic poll: /metrics
+# and /v1/engine/probes read the workers at request time.
 IDLE_POLL_S = 60
 
 
